@@ -1,0 +1,22 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod cache_file;
+pub mod clock;
+mod error;
+pub mod layout;
+pub mod registry;
+pub mod store;
+mod tag;
+
+pub use cache_file::{CacheFile, CacheRecord};
+pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
+pub use error::{Error, Result};
+pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS};
+pub use registry::{
+    AcquireRequest, Lease, NodeIdentity, RegistryCapabilities, Renewal, WorkerIdRegistry,
+};
+pub use store::{
+    Allocation, DEFAULT_STEP, NewTag, SegmentStore, StoreCapabilities, TagRecord, TagUpdate,
+};
+pub use tag::{MAX_TAG_CHARS, Tag};
