@@ -1,1 +1,81 @@
-fn main() {}
+//! `cargo xtask`: the commands CI runs, so that a person can run the same thing.
+//!
+//! - `cargo xtask ci`: format check, clippy with `-D warnings`, every test.
+//! - `cargo xtask bench [--quick]`: the criterion benchmarks and one summary table.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+mod bench;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  ci              cargo fmt --check, cargo clippy -D warnings, cargo test (the whole workspace)
+  bench [--quick] run the criterion benchmarks and print the summary table";
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args.first().map(String::as_str) {
+        Some("ci") => ci(&root),
+        Some("bench") => bench::run(&root, args.iter().any(|a| a == "--quick")),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => bail!("unknown command {other:?}\n{USAGE}"),
+        None => bail!("no command given\n{USAGE}"),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+fn ci(root: &Path) -> Result<()> {
+    cargo(root, "format check", &["fmt", "--all", "--", "--check"])?;
+    cargo(
+        root,
+        "clippy",
+        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+    )?;
+    cargo(root, "tests", &["test", "--workspace", "--all-targets"])?;
+    cargo(root, "doc tests", &["test", "--workspace", "--doc"])?;
+    println!("xtask ci: all steps passed");
+    Ok(())
+}
+
+/// Runs `cargo ARGS` in the workspace root, logging the step and its duration.
+pub(crate) fn cargo(root: &Path, step: &str, args: &[&str]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("xtask: == {step}: cargo {}", args.join(" "));
+    let started = Instant::now();
+    let status = Command::new(&cargo)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("cannot run {cargo}"))?;
+    eprintln!(
+        "xtask: == {step}: {} in {:.1} s",
+        if status.success() { "ok" } else { "FAILED" },
+        started.elapsed().as_secs_f64()
+    );
+    if !status.success() {
+        bail!("{step} failed ({status})");
+    }
+    Ok(())
+}

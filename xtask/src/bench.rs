@@ -1,0 +1,159 @@
+//! `cargo xtask bench`: runs the criterion benchmarks and prints one summary table from
+//! criterion's `estimates.json` files, with each figure beside its baseline of the same run.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+/// One measured benchmark.
+struct Figure {
+    ns_per_iter: f64,
+    elements: f64,
+}
+
+impl Figure {
+    fn ids_per_sec(&self) -> f64 {
+        self.elements * 1e9 / self.ns_per_iter
+    }
+    fn ns_per_id(&self) -> f64 {
+        self.ns_per_iter / self.elements
+    }
+}
+
+pub(crate) fn run(root: &Path, quick: bool) -> Result<()> {
+    let timing: &[&str] = if quick {
+        &["--warm-up-time", "1", "--measurement-time", "2"]
+    } else {
+        &["--warm-up-time", "2", "--measurement-time", "5"]
+    };
+    for (package, bench) in [("leaf-segment", "segment"), ("leaf-snowflake", "snowflake")] {
+        let mut args = vec!["bench", "-p", package, "--bench", bench, "--"];
+        args.extend_from_slice(timing);
+        crate::cargo(root, &format!("bench {bench}"), &args)?;
+    }
+    let criterion = target_dir(root).join("criterion");
+    let get = |group: &str, id: &str| read_figure(&criterion, group, id);
+
+    println!();
+    println!("| benchmark | ns/ID | IDs/s | against | target |");
+    println!("|---|---:|---:|---|---|");
+    let baseline = get("segment", "atomic_fetch_add_baseline")?;
+    row("segment/atomic_fetch_add_baseline", &baseline, "baseline".into(), "");
+    let next = get("segment", "next_id_by_name")?;
+    let ratio = next.ns_per_iter / baseline.ns_per_iter;
+    row(
+        "segment/next_id_by_name",
+        &next,
+        format!("{ratio:.2}x the baseline"),
+        verdict(ratio <= 3.0, "at most 3x"),
+    );
+    let two = get("segment", "two_threads_shared_tag")?;
+    row(
+        "segment/two_threads_shared_tag",
+        &two,
+        format!("{:.2}x one thread's IDs/s", two.ids_per_sec() / next.ids_per_sec()),
+        "",
+    );
+
+    let rs = get("snowflake", "rs_snowflake_real_time_generate")?;
+    let ferroid = get("snowflake", "ferroid")?;
+    for (id, random_start) in [("leaf_random_start_100", 100.0), ("leaf_random_start_0", 0.0)] {
+        let f = get("snowflake", id)?;
+        // A new millisecond starts at a random value in 0..R, on average (R - 1) / 2.
+        let per_ms = 4096.0 - f64::max(random_start - 1.0, 0.0) / 2.0;
+        let share = f.ids_per_sec() / (per_ms * 1000.0);
+        row(
+            &format!("snowflake/{id}"),
+            &f,
+            format!("{:.1}% of the {:.0} IDs/s ceiling", share * 100.0, per_ms * 1000.0),
+            verdict(share >= 0.98, "at least 98%"),
+        );
+    }
+    row("snowflake/rs_snowflake_real_time_generate", &rs, "reference".into(), "");
+    row("snowflake/ferroid", &ferroid, "reference".into(), "");
+    let two = get("snowflake", "two_threads_shared")?;
+    row("snowflake/two_threads_shared", &two, "one generator, two threads".into(), "");
+    Ok(())
+}
+
+fn verdict(ok: bool, target: &str) -> &'static str {
+    match (ok, target) {
+        (true, "at most 3x") => "at most 3x: met",
+        (false, "at most 3x") => "at most 3x: MISSED",
+        (true, _) => "at least 98%: met",
+        (false, _) => "at least 98%: MISSED",
+    }
+}
+
+fn row(name: &str, f: &Figure, against: String, target: &str) {
+    println!(
+        "| {name} | {:.2} | {} | {against} | {target} |",
+        f.ns_per_id(),
+        thousands(f.ids_per_sec())
+    );
+}
+
+fn thousands(v: f64) -> String {
+    let digits = format!("{:.0}", v);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+fn read_figure(criterion: &Path, group: &str, id: &str) -> Result<Figure> {
+    let dir = criterion.join(group).join(id).join("new");
+    let json = |name: &str| -> Result<Value> {
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {} (did the benchmark run?)", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))
+    };
+    let ns_per_iter = json("estimates.json")?["mean"]["point_estimate"]
+        .as_f64()
+        .context("estimates.json has no mean")?;
+    let elements = json("benchmark.json")?["throughput"]["Elements"]
+        .as_f64()
+        .unwrap_or(1.0);
+    Ok(Figure {
+        ns_per_iter,
+        elements,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(4_096_000.0), "4,096,000");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1000.4), "1,000");
+    }
+
+    #[test]
+    fn reads_criterion_files() {
+        let dir = std::env::temp_dir().join(format!("xtask-bench-{}", std::process::id()));
+        let new = dir.join("g").join("f").join("new");
+        std::fs::create_dir_all(&new).unwrap();
+        std::fs::write(new.join("estimates.json"), r#"{"mean":{"point_estimate":250.0}}"#).unwrap();
+        std::fs::write(new.join("benchmark.json"), r#"{"throughput":{"Elements":2}}"#).unwrap();
+        let f = read_figure(&dir, "g", "f").unwrap();
+        assert_eq!(f.ids_per_sec(), 8_000_000.0);
+        assert_eq!(f.ns_per_id(), 125.0);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(read_figure(&dir, "g", "f").is_err());
+    }
+}
