@@ -1,6 +1,13 @@
-//! Test support for Leaf: the in-memory store, and (to come) the conformance suite.
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+pub mod fixture;
+mod macros;
 pub mod memory;
+pub mod memory_registry;
+pub mod registry_cases;
+pub mod store_cases;
 
+pub use fixture::{RegistryFixture, StoreFixture};
 pub use memory::MemoryStore;
+pub use memory_registry::{MemoryRegistry, MemoryRegistryPool};

@@ -1,0 +1,82 @@
+//! The fixture traits: how a backend hands the conformance suite fresh, isolated instances.
+//!
+//! A fixture is made once per test and owns that test's namespace (a database, a temporary
+//! directory, a ZooKeeper root, an etcd prefix): nothing one test writes is seen by another.
+//! Fixtures of real servers provision (or connect to) the server in their constructor.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+
+use async_trait::async_trait;
+use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
+
+/// Provides segment stores over one namespace.
+#[async_trait]
+pub trait StoreFixture: Send + Sync {
+    /// The store under test. Every call returns a handle to the same namespace; a fixture may
+    /// return the same handle each time.
+    async fn store(&self) -> Arc<dyn SegmentStore>;
+
+    /// A second, independent handle to the SAME namespace: a second connection pool, a second
+    /// client, as a second server process would have. A store without
+    /// `capabilities().multi_process` may return the same handle as [`store`](Self::store).
+    async fn another_handle(&self) -> Arc<dyn SegmentStore>;
+}
+
+/// Provides worker-id registries (one per node) sharing one namespace.
+#[async_trait]
+pub trait RegistryFixture: Send + Sync {
+    /// A new node's registry, with its own new cache directory, sharing one namespace with
+    /// the fixture's other nodes.
+    async fn node(&self) -> Arc<dyn WorkerIdRegistry>;
+
+    /// The node that ran `previous` started again: a new registry on the same cache directory
+    /// and the same configuration, as after a restart of its process. The fixture drops
+    /// `previous` first, so a lease that was not released is a crash; the caller passes the
+    /// only handle it has.
+    async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry>;
+
+    /// The identity of node `i`. For a registry that does not assign ids itself
+    /// (`assigns_distinct_ids == false`, the `local` mode), the fixture configures distinct
+    /// ids for `identity(1..=8)` and for no other identity.
+    fn identity(&self, i: u16) -> NodeIdentity;
+}
+
+/// Remembers each node's cache directory, for [`RegistryFixture::restarted`]: a fixture
+/// records the directory when it makes a node and takes it back when the node restarts.
+#[derive(Debug, Default)]
+pub struct NodeDirs {
+    nodes: Mutex<Vec<(Weak<dyn WorkerIdRegistry>, PathBuf)>>,
+}
+
+impl NodeDirs {
+    /// Records that `node` keeps its cache in `dir`.
+    pub fn remember(&self, node: &Arc<dyn WorkerIdRegistry>, dir: PathBuf) {
+        self.nodes
+            .lock()
+            .expect("node list lock")
+            .push((Arc::downgrade(node), dir));
+    }
+
+    /// The directory of `previous`, after dropping it. Panics (a broken test, not a backend
+    /// failure) if `previous` is unknown or still shared: a live clone would keep its cache
+    /// file locked, and the restart would not be one.
+    pub fn take(&self, previous: Arc<dyn WorkerIdRegistry>) -> PathBuf {
+        assert_eq!(
+            Arc::strong_count(&previous),
+            1,
+            "restart a node only through its last handle"
+        );
+        let dir = self
+            .nodes
+            .lock()
+            .expect("node list lock")
+            .iter()
+            // The `Weak` keeps the allocation, so an address is never reused while listed.
+            .find(|(w, _)| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(&previous)))
+            .map(|(_, d)| d.clone())
+            .expect("the node was made by this fixture");
+        drop(previous);
+        dir
+    }
+}

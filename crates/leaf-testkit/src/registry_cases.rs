@@ -1,0 +1,288 @@
+//! The worker-id registry conformance cases. Each takes a [`RegistryFixture`] and panics, with
+//! a message saying what broke, if the registry does not keep the lease contract of
+//! `leaf_core::registry`.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use leaf_core::{AcquireRequest, Error, Lease, NodeIdentity, Renewal, WorkerIdRegistry};
+
+use crate::RegistryFixture;
+
+/// The largest worker id of Leaf's default layout (10 worker bits).
+pub const DEFAULT_MAX_WORKER_ID: u64 = 1023;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// An acquire request for `identity` at the current time.
+pub fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
+    AcquireRequest {
+        identity,
+        max_worker_id,
+        now_ms: now_ms(),
+        max_ahead_ms: 10_000,
+    }
+}
+
+async fn acquire(registry: &dyn WorkerIdRegistry, identity: NodeIdentity, max: u64) -> Lease {
+    registry
+        .acquire(&request(identity.clone(), max))
+        .await
+        .unwrap_or_else(|e| panic!("acquire for {identity}: {e}"))
+}
+
+async fn renew(registry: &dyn WorkerIdRegistry, lease: &Lease, mark: u64) {
+    let r = registry.renew(lease, mark).await.expect("renew");
+    assert_eq!(r, Renewal::Ok, "renewing a lease just acquired");
+}
+
+// In a recycling registry an identity holds no id of its own; asking for a pool of one id
+// (`max_worker_id` 0) makes "the same id again" well defined there too.
+fn single_id_max(registry: &dyn WorkerIdRegistry) -> u64 {
+    if registry.capabilities().recycles {
+        0
+    } else {
+        DEFAULT_MAX_WORKER_ID
+    }
+}
+
+/// A node acquires an id within the layout, with a TTL exactly in recycling modes, renews it
+/// and releases it.
+pub async fn acquire_renew_release(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    let lease = acquire(&*node, fixture.identity(1), DEFAULT_MAX_WORKER_ID).await;
+    assert!(lease.worker_id <= DEFAULT_MAX_WORKER_ID);
+    assert_eq!(
+        lease.ttl.is_some(),
+        node.capabilities().recycles,
+        "a lease has a TTL exactly in recycling modes"
+    );
+    if let Some(mark) = lease.prev_mark_ms {
+        panic!(
+            "a fresh namespace has no mark for worker id {}, got {mark}",
+            lease.worker_id
+        );
+    }
+    renew(&*node, &lease, now_ms() + 3000).await;
+    node.release(&lease, now_ms()).await.expect("release");
+}
+
+/// Eight nodes of eight identities acquire at once and get eight distinct ids.
+pub async fn distinct_identities_get_distinct_ids(fixture: &dyn RegistryFixture) {
+    let mut tasks = Vec::new();
+    for i in 1..=8 {
+        let node = fixture.node().await;
+        let identity = fixture.identity(i);
+        tasks.push(tokio::spawn(async move {
+            let lease = acquire(&*node, identity, DEFAULT_MAX_WORKER_ID).await;
+            (node, lease)
+        }));
+    }
+    let mut ids = BTreeSet::new();
+    let mut held = Vec::new();
+    for t in tasks {
+        let (node, lease) = t.await.expect("acquiring task");
+        assert!(lease.worker_id <= DEFAULT_MAX_WORKER_ID);
+        assert!(
+            ids.insert(lease.worker_id),
+            "worker id {} given twice",
+            lease.worker_id
+        );
+        held.push((node, lease));
+    }
+    for (node, lease) in held {
+        node.release(&lease, now_ms()).await.expect("release");
+    }
+}
+
+/// Renew with mark M, release with final mark F, restart, acquire: the same id comes back
+/// with `prev_mark_ms == Some(F)`.
+pub async fn mark_comes_back_on_reacquire(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    let max = single_id_max(&*node);
+    let lease = acquire(&*node, fixture.identity(1), max).await;
+    let (m, f) = (now_ms() + 2000, now_ms() + 1000);
+    renew(&*node, &lease, m).await;
+    node.release(&lease, f).await.expect("release");
+    let node = fixture.restarted(node).await;
+    let again = acquire(&*node, fixture.identity(1), max).await;
+    assert_eq!(
+        again.worker_id, lease.worker_id,
+        "the same id after a restart"
+    );
+    assert_eq!(again.prev_mark_ms, Some(f), "the final mark comes back");
+    node.release(&again, f).await.expect("release");
+}
+
+/// Release and acquire again on the same registry: the id comes back and can be renewed.
+pub async fn release_then_reacquire(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    let max = single_id_max(&*node);
+    let lease = acquire(&*node, fixture.identity(2), max).await;
+    renew(&*node, &lease, now_ms() + 3000).await;
+    let f = now_ms();
+    node.release(&lease, f).await.expect("release");
+    let again = acquire(&*node, fixture.identity(2), max).await;
+    assert_eq!(again.worker_id, lease.worker_id);
+    assert!(
+        again.prev_mark_ms >= Some(f),
+        "the mark was lost: {:?}",
+        again.prev_mark_ms
+    );
+    renew(&*node, &again, now_ms() + 3000).await;
+    node.release(&again, now_ms()).await.expect("release");
+}
+
+/// A released lease cannot be renewed: `LeaseLost`, never a mark written for an id the node
+/// no longer holds.
+pub async fn renew_after_release_is_lease_lost(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    let lease = acquire(&*node, fixture.identity(3), DEFAULT_MAX_WORKER_ID).await;
+    node.release(&lease, now_ms()).await.expect("release");
+    let r = node.renew(&lease, now_ms() + 3000).await.expect("renew");
+    assert_eq!(r, Renewal::LeaseLost);
+}
+
+/// (`recycles = false`) An identity keeps its id: acquired, released, and acquired on a new
+/// node (a new cache directory), it is the same; another identity's differs.
+pub async fn same_identity_gets_the_same_id(fixture: &dyn RegistryFixture) {
+    let first = fixture.node().await;
+    assert!(!first.capabilities().recycles, "run only without recycling");
+    let lease = acquire(&*first, fixture.identity(3), DEFAULT_MAX_WORKER_ID).await;
+    first.release(&lease, now_ms()).await.expect("release");
+    let second = fixture.node().await;
+    let again = acquire(&*second, fixture.identity(3), DEFAULT_MAX_WORKER_ID).await;
+    assert_eq!(again.worker_id, lease.worker_id);
+    let other = fixture.node().await;
+    let theirs = acquire(&*other, fixture.identity(4), DEFAULT_MAX_WORKER_ID).await;
+    assert_ne!(theirs.worker_id, again.worker_id);
+}
+
+/// (`recycles = false`) A renewed mark survives a crash: renew M, drop the node without a
+/// release, restart it: the same id, with `prev_mark_ms >= M`.
+pub async fn renewed_mark_survives_a_crash(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    assert!(!node.capabilities().recycles, "run only without recycling");
+    let lease = acquire(&*node, fixture.identity(5), DEFAULT_MAX_WORKER_ID).await;
+    let m = now_ms() + 3000;
+    renew(&*node, &lease, m - 1000).await;
+    renew(&*node, &lease, m).await;
+    let node = fixture.restarted(node).await;
+    let again = acquire(&*node, fixture.identity(5), DEFAULT_MAX_WORKER_ID).await;
+    assert_eq!(again.worker_id, lease.worker_id);
+    assert!(
+        again.prev_mark_ms >= Some(m),
+        "mark {m} was renewed before the crash, got {:?}",
+        again.prev_mark_ms
+    );
+}
+
+/// (`recycles = false`) An identity whose id is above the request's `max_worker_id` is refused
+/// with `Config`.
+pub async fn id_beyond_the_layout_is_config(fixture: &dyn RegistryFixture) {
+    let mut highest = (0, fixture.identity(1));
+    for i in 1..=2 {
+        let node = fixture.node().await;
+        let lease = acquire(&*node, fixture.identity(i), DEFAULT_MAX_WORKER_ID).await;
+        node.release(&lease, now_ms()).await.expect("release");
+        if lease.worker_id >= highest.0 {
+            highest = (lease.worker_id, fixture.identity(i));
+        }
+    }
+    let (id, identity) = highest;
+    assert!(id > 0, "two identities got id 0");
+    let node = fixture.node().await;
+    let e = node
+        .acquire(&request(identity, id - 1))
+        .await
+        .expect_err("an id above max_worker_id");
+    assert!(matches!(e, Error::Config(_)), "{e}");
+}
+
+/// (`recycles = true`) A released id goes to the next node with its final mark, so the new
+/// owner starts past the previous owner's last timestamp.
+pub async fn released_id_carries_its_mark(fixture: &dyn RegistryFixture) {
+    let a = fixture.node().await;
+    assert!(a.capabilities().recycles, "run only with recycling");
+    let lease = acquire(&*a, fixture.identity(1), 0).await;
+    assert_eq!(lease.worker_id, 0);
+    renew(&*a, &lease, now_ms() + 2000).await;
+    let f = now_ms() + 1000;
+    a.release(&lease, f).await.expect("release");
+    let b = fixture.node().await;
+    let next = acquire(&*b, fixture.identity(2), 0).await;
+    assert_eq!(next.worker_id, 0);
+    assert!(next.prev_mark_ms >= Some(f), "got {:?}", next.prev_mark_ms);
+    let r = a.renew(&lease, now_ms() + 3000).await.expect("renew");
+    assert_eq!(
+        r,
+        Renewal::LeaseLost,
+        "the previous owner renewed a recycled id"
+    );
+    b.release(&next, now_ms()).await.expect("release");
+}
+
+/// (`recycles = true`) A pool never hands out an id above `max_worker_id`, nor one id twice;
+/// a full pool refuses, and a released id can be claimed again.
+pub async fn pool_stays_within_the_layout(fixture: &dyn RegistryFixture) {
+    let mut held: Vec<(Arc<dyn WorkerIdRegistry>, Lease)> = Vec::new();
+    let mut ids = BTreeSet::new();
+    for i in 1..=4 {
+        let node = fixture.node().await;
+        let lease = acquire(&*node, fixture.identity(i), 3).await;
+        assert!(lease.worker_id <= 3, "id {} above 3", lease.worker_id);
+        assert!(ids.insert(lease.worker_id), "id {} twice", lease.worker_id);
+        held.push((node, lease));
+    }
+    let fifth = fixture.node().await;
+    fifth
+        .acquire(&request(fixture.identity(5), 3))
+        .await
+        .expect_err("a full pool refuses");
+    let (node, lease) = held.pop().expect("four held");
+    node.release(&lease, now_ms()).await.expect("release");
+    let got = acquire(&*fifth, fixture.identity(5), 3).await;
+    assert_eq!(got.worker_id, lease.worker_id);
+}
+
+/// (`assigns_distinct_ids = true`) Identities nobody configured get distinct ids.
+pub async fn new_identities_get_distinct_ids(fixture: &dyn RegistryFixture) {
+    let mut ids = BTreeSet::new();
+    for i in 101..=108 {
+        let node = fixture.node().await;
+        assert!(node.capabilities().assigns_distinct_ids);
+        let lease = acquire(&*node, fixture.identity(i), DEFAULT_MAX_WORKER_ID).await;
+        assert!(ids.insert(lease.worker_id), "id {} twice", lease.worker_id);
+    }
+}
+
+/// (`assigns_distinct_ids = false`) An identity without a configured id is refused with
+/// `Config`, never given a default that another node may hold too.
+pub async fn unconfigured_identity_is_config(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    assert!(!node.capabilities().assigns_distinct_ids);
+    let e = node
+        .acquire(&request(fixture.identity(999), DEFAULT_MAX_WORKER_ID))
+        .await
+        .expect_err("an identity without a configured id");
+    assert!(matches!(e, Error::Config(_)), "{e}");
+}
+
+/// The registry's `capabilities()` are exactly those the test declares.
+pub async fn capabilities_are_as_declared(
+    fixture: &dyn RegistryFixture,
+    declared: &[(&str, bool)],
+) {
+    let caps = fixture.node().await.capabilities();
+    let actual = [
+        ("recycles", caps.recycles),
+        ("assigns_distinct_ids", caps.assigns_distinct_ids),
+    ];
+    crate::macros::check_declared(&actual, declared);
+}

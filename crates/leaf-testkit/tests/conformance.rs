@@ -1,0 +1,58 @@
+//! The conformance suite against the in-memory reference backends.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
+use leaf_testkit::{MemoryRegistryPool, MemoryStore, RegistryFixture, StoreFixture};
+
+struct MemoryStoreFixture(Arc<MemoryStore>);
+
+#[async_trait]
+impl StoreFixture for MemoryStoreFixture {
+    async fn store(&self) -> Arc<dyn SegmentStore> {
+        self.0.clone()
+    }
+    // One process, one map: the second handle is the same store.
+    async fn another_handle(&self) -> Arc<dyn SegmentStore> {
+        self.0.clone()
+    }
+}
+
+leaf_testkit::store_conformance!(
+    memory_store,
+    async { MemoryStoreFixture(Arc::new(MemoryStore::new())) },
+    durable = false,
+    multi_process = false,
+);
+
+struct MemoryRegistryFixture(Arc<MemoryRegistryPool>);
+
+#[async_trait]
+impl RegistryFixture for MemoryRegistryFixture {
+    async fn node(&self) -> Arc<dyn WorkerIdRegistry> {
+        Arc::new(self.0.node())
+    }
+    // A memory registry has no cache directory: a restarted node is a new client.
+    async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry> {
+        drop(previous);
+        self.node().await
+    }
+    fn identity(&self, i: u16) -> NodeIdentity {
+        NodeIdentity::new(format!("10.1.{}.{}", i / 256, i % 256), 8080)
+    }
+}
+
+leaf_testkit::registry_conformance!(
+    memory_registry,
+    async { MemoryRegistryFixture(MemoryRegistryPool::new(false)) },
+    recycles = false,
+    assigns_distinct_ids = true,
+);
+
+leaf_testkit::registry_conformance!(
+    memory_recycling_registry,
+    async { MemoryRegistryFixture(MemoryRegistryPool::new(true)) },
+    recycles = true,
+    assigns_distinct_ids = true,
+);
