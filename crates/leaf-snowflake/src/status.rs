@@ -1,0 +1,46 @@
+//! `SnowflakeStatus`: what the generator reports to health checks and metrics.
+
+/// A snapshot of the generator, from [`Snowflake::status`](crate::Snowflake::status).
+#[derive(Clone, Debug)]
+pub struct SnowflakeStatus {
+    /// The worker id in use (or last used, after the lease was lost).
+    pub worker_id: u64,
+    /// Whether IDs can be issued now, and if not why.
+    pub state: SnowflakeState,
+    /// The last time mark the registry confirmed as durable (Unix ms); no ID carries a later
+    /// timestamp.
+    pub durable_mark_ms: u64,
+    /// The timestamp of the last ID issued, if any.
+    pub last_timestamp_ms: Option<u64>,
+    /// The lease is held and, in recycling modes, not past its fencing deadline.
+    pub lease_valid: bool,
+    /// `durable_mark_ms - now`: how far ahead of the wall clock the mark is (negative once the
+    /// clock passed it, which stops issuing).
+    pub mark_lag_ms: i64,
+    /// How often the clock was found behind the last issued timestamp since start-up.
+    pub clock_backwards_total: u64,
+}
+
+/// Whether the generator can issue IDs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnowflakeState {
+    /// Issuing.
+    Ready,
+    /// The clock is behind the worker id's previous mark by at most `max_startup_wait`:
+    /// `next_id` waits until it has passed.
+    WaitingForClock {
+        /// How far the clock is behind the previous mark.
+        behind_ms: u64,
+    },
+    /// Not issuing; the reason names the cause (the clock's gap to the previous mark, a time mark
+    /// that could not be made durable).
+    Unavailable {
+        /// Why, for logs and the 503 body.
+        reason: String,
+    },
+    /// The registry took the worker id away, or the lease was not renewed in time (fencing).
+    /// The renewer keeps trying to renew or to acquire a new worker id.
+    LeaseLost,
+    /// [`shutdown`](crate::Snowflake::shutdown) was called.
+    Closed,
+}
