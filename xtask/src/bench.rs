@@ -39,7 +39,12 @@ pub(crate) fn run(root: &Path, quick: bool) -> Result<()> {
     println!("| benchmark | ns/ID | IDs/s | against | target |");
     println!("|---|---:|---:|---|---|");
     let baseline = get("segment", "atomic_fetch_add_baseline")?;
-    row("segment/atomic_fetch_add_baseline", &baseline, "baseline".into(), "");
+    row(
+        "segment/atomic_fetch_add_baseline",
+        &baseline,
+        "baseline".into(),
+        "",
+    );
     let next = get("segment", "next_id_by_name")?;
     let ratio = next.ns_per_iter / baseline.ns_per_iter;
     row(
@@ -52,13 +57,19 @@ pub(crate) fn run(root: &Path, quick: bool) -> Result<()> {
     row(
         "segment/two_threads_shared_tag",
         &two,
-        format!("{:.2}x one thread's IDs/s", two.ids_per_sec() / next.ids_per_sec()),
+        format!(
+            "{:.2}x one thread's IDs/s",
+            two.ids_per_sec() / next.ids_per_sec()
+        ),
         "",
     );
 
     let rs = get("snowflake", "rs_snowflake_real_time_generate")?;
     let ferroid = get("snowflake", "ferroid")?;
-    for (id, random_start) in [("leaf_random_start_100", 100.0), ("leaf_random_start_0", 0.0)] {
+    for (id, random_start) in [
+        ("leaf_random_start_100", 100.0),
+        ("leaf_random_start_0", 0.0),
+    ] {
         let f = get("snowflake", id)?;
         // A new millisecond starts at a random value in 0..R, on average (R - 1) / 2.
         let per_ms = 4096.0 - f64::max(random_start - 1.0, 0.0) / 2.0;
@@ -66,14 +77,28 @@ pub(crate) fn run(root: &Path, quick: bool) -> Result<()> {
         row(
             &format!("snowflake/{id}"),
             &f,
-            format!("{:.1}% of the {:.0} IDs/s ceiling", share * 100.0, per_ms * 1000.0),
+            format!(
+                "{:.1}% of the {:.0} IDs/s ceiling",
+                share * 100.0,
+                per_ms * 1000.0
+            ),
             verdict(share >= 0.98, "at least 98%"),
         );
     }
-    row("snowflake/rs_snowflake_real_time_generate", &rs, "reference".into(), "");
+    row(
+        "snowflake/rs_snowflake_real_time_generate",
+        &rs,
+        "reference".into(),
+        "",
+    );
     row("snowflake/ferroid", &ferroid, "reference".into(), "");
     let two = get("snowflake", "two_threads_shared")?;
-    row("snowflake/two_threads_shared", &two, "one generator, two threads".into(), "");
+    row(
+        "snowflake/two_threads_shared",
+        &two,
+        "one generator, two threads".into(),
+        "",
+    );
     Ok(())
 }
 
@@ -106,7 +131,7 @@ fn thousands(v: f64) -> String {
     out
 }
 
-fn target_dir(root: &Path) -> PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"))
@@ -148,8 +173,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("xtask-bench-{}", std::process::id()));
         let new = dir.join("g").join("f").join("new");
         std::fs::create_dir_all(&new).unwrap();
-        std::fs::write(new.join("estimates.json"), r#"{"mean":{"point_estimate":250.0}}"#).unwrap();
-        std::fs::write(new.join("benchmark.json"), r#"{"throughput":{"Elements":2}}"#).unwrap();
+        std::fs::write(
+            new.join("estimates.json"),
+            r#"{"mean":{"point_estimate":250.0}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            new.join("benchmark.json"),
+            r#"{"throughput":{"Elements":2}}"#,
+        )
+        .unwrap();
         let f = read_figure(&dir, "g", "f").unwrap();
         assert_eq!(f.ids_per_sec(), 8_000_000.0);
         assert_eq!(f.ns_per_id(), 125.0);

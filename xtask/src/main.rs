@@ -1,6 +1,7 @@
 //! `cargo xtask`: the commands CI runs, so that a person can run the same thing.
 //!
-//! - `cargo xtask ci`: format check, clippy with `-D warnings`, every test.
+//! - `cargo xtask ci`: format check, clippy with `-D warnings`, the conformance suite on
+//!   provisioned servers, every other test.
 //! - `cargo xtask bench [--quick]`: the criterion benchmarks and one summary table.
 
 use std::path::{Path, PathBuf};
@@ -10,12 +11,21 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 mod bench;
+mod bench_http;
+mod conformance;
+mod testbed;
 
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  ci              cargo fmt --check, cargo clippy -D warnings, cargo test (the whole workspace)
-  bench [--quick] run the criterion benchmarks and print the summary table";
+  ci              fmt --check, clippy -D warnings, conformance, then every other test
+  bench [--quick] run the criterion benchmarks and print the summary table
+  bench-http [SECONDS]
+                  the release leaf-server under oha: req/s, latency, batches, RSS, start-up
+  conformance [--backend NAME]
+                  run the backend crates' tests on provisioned servers (sqlite, local, mysql)
+  testbed [--force] [BACKEND...]
+                  build the servers' test images locally from Debian packages (needs root)";
 
 fn main() {
     if let Err(e) = run() {
@@ -30,6 +40,15 @@ fn run() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("ci") => ci(&root),
         Some("bench") => bench::run(&root, args.iter().any(|a| a == "--quick")),
+        Some("bench-http") => {
+            let seconds = match args.get(1) {
+                Some(s) => s.parse().context("bench-http takes a number of seconds")?,
+                None => 10,
+            };
+            bench_http::run(&root, seconds)
+        }
+        Some("conformance") => conformance::run(&root, &args[1..]),
+        Some("testbed") => testbed::run(&root, &args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -51,10 +70,24 @@ fn ci(root: &Path) -> Result<()> {
     cargo(
         root,
         "clippy",
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
     )?;
-    cargo(root, "tests", &["test", "--workspace", "--all-targets"])?;
-    cargo(root, "doc tests", &["test", "--workspace", "--doc"])?;
+    // The backend crates run on provisioned real servers; everything else needs none.
+    conformance::run(root, &[])?;
+    let mut args = vec!["test", "--workspace", "--all-targets"];
+    for package in conformance::packages(root) {
+        args.extend(["--exclude", package]);
+    }
+    cargo(root, "tests", &args)?;
+    args[2] = "--doc";
+    cargo(root, "doc tests", &args)?;
     println!("xtask ci: all steps passed");
     Ok(())
 }

@@ -5,6 +5,8 @@ pub mod fixture;
 mod macros;
 pub mod memory;
 pub mod memory_registry;
+#[cfg(feature = "provision")]
+pub mod provision;
 pub mod registry_cases;
 pub mod store_cases;
 

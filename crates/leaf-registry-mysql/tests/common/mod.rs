@@ -1,0 +1,113 @@
+//! Fixtures of the real-server tests: a database of one's own on the provisioned MySQL server,
+//! and stores and registries on it.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
+use leaf_registry_mysql::{MysqlConfig, MysqlRegistry, MysqlStore};
+use leaf_testkit::fixture::NodeDirs;
+use leaf_testkit::{RegistryFixture, StoreFixture};
+
+pub use leaf_testkit::provision;
+pub use leaf_testkit::provision::MysqlDatabase;
+
+/// A new database on the shared server; fails the test loudly if there is no server.
+pub async fn database() -> MysqlDatabase {
+    provision::mysql_database()
+        .await
+        .unwrap_or_else(|e| panic!("no MySQL server for the tests: {e}"))
+}
+
+/// The settings of the tests: the defaults with the database's URL.
+pub fn config(db: &MysqlDatabase) -> MysqlConfig {
+    MysqlConfig::with_url(&db.url)
+}
+
+pub struct StoreFix {
+    pub db: MysqlDatabase,
+    store: Arc<MysqlStore>,
+}
+
+impl StoreFix {
+    pub async fn new() -> Self {
+        let db = database().await;
+        let store = MysqlStore::connect(&config(&db))
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", db.name));
+        StoreFix {
+            db,
+            store: Arc::new(store),
+        }
+    }
+}
+
+#[async_trait]
+impl StoreFixture for StoreFix {
+    async fn store(&self) -> Arc<dyn SegmentStore> {
+        self.store.clone()
+    }
+
+    async fn another_handle(&self) -> Arc<dyn SegmentStore> {
+        Arc::new(
+            MysqlStore::connect(&config(&self.db))
+                .await
+                .expect("a second pool on the same database"),
+        )
+    }
+}
+
+pub struct RegistryFix {
+    pub db: MysqlDatabase,
+    dirs: NodeDirs,
+    temp: Mutex<Vec<tempfile::TempDir>>,
+}
+
+impl RegistryFix {
+    pub async fn new() -> Self {
+        RegistryFix {
+            db: database().await,
+            dirs: NodeDirs::default(),
+            temp: Mutex::default(),
+        }
+    }
+
+    pub async fn registry_in(&self, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
+        Arc::new(
+            MysqlRegistry::connect(&config(&self.db), dir, "leaf")
+                .await
+                .expect("registry"),
+        )
+    }
+
+    pub fn new_dir(&self) -> PathBuf {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().to_path_buf();
+        self.temp.lock().unwrap().push(dir);
+        path
+    }
+}
+
+#[async_trait]
+impl RegistryFixture for RegistryFix {
+    async fn node(&self) -> Arc<dyn WorkerIdRegistry> {
+        let dir = self.new_dir();
+        let node = self.registry_in(dir.clone()).await;
+        self.dirs.remember(&node, dir);
+        node
+    }
+
+    async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry> {
+        let dir = self.dirs.take(previous);
+        let node = self.registry_in(dir.clone()).await;
+        self.dirs.remember(&node, dir);
+        node
+    }
+
+    fn identity(&self, i: u16) -> NodeIdentity {
+        NodeIdentity::new("10.0.0.1", 8000 + i)
+    }
+}

@@ -1,0 +1,19 @@
+//! `leaf-testkit`'s conformance suite against a real MySQL-compatible server.
+
+mod common;
+
+use common::{RegistryFix, StoreFix};
+
+leaf_testkit::store_conformance!(
+    mysql_store,
+    async { StoreFix::new().await },
+    durable = true,
+    multi_process = true,
+);
+
+leaf_testkit::registry_conformance!(
+    mysql_registry,
+    async { RegistryFix::new().await },
+    recycles = false,
+    assigns_distinct_ids = true,
+);

@@ -1,0 +1,157 @@
+//! The MySQL segment store on a real server: Leaf's table used as it is, created only when
+//! missing, and errors by kind.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use leaf_core::{Error, SegmentStore, Tag};
+use leaf_registry_mysql::{LEAF_ALLOC_DDL, MysqlConfig, MysqlStore};
+use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
+
+async fn raw(url: &str) -> MySqlConnection {
+    MySqlConnection::connect(url).await.expect("raw connection")
+}
+
+async fn show_create(conn: &mut MySqlConnection, table: &str) -> String {
+    let row = sqlx::query(AssertSqlSafe(format!("SHOW CREATE TABLE {table}")))
+        .fetch_one(conn)
+        .await
+        .expect("show create table");
+    row.try_get::<String, _>(1).expect("ddl text")
+}
+
+fn closed_port() -> u16 {
+    // Bound and released: nothing listens there afterwards.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_leaf_table_is_used_as_it_is() {
+    let db = common::database().await;
+    let mut conn = raw(&db.url).await;
+    // A Leaf database that someone changed a little: it must stay exactly as it is.
+    sqlx::query(
+        "CREATE TABLE leaf_alloc (biz_tag varchar(128) NOT NULL DEFAULT '', max_id bigint(20) \
+         NOT NULL DEFAULT '1', step int(11) NOT NULL, description varchar(512) DEFAULT NULL, \
+         update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, \
+         owner varchar(32) DEFAULT NULL, PRIMARY KEY (biz_tag)) ENGINE=InnoDB",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) \
+         VALUES ('leaf-segment-test', 1, 2000, 'Test leaf Segment Mode Get Id')",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let before = show_create(&mut conn, "leaf_alloc").await;
+
+    let store = MysqlStore::connect(&common::config(&db)).await.unwrap();
+    let tag = Tag::new("leaf-segment-test").unwrap();
+    assert_eq!(store.allocate(&tag, None).await.unwrap().range(), 1..2001);
+    assert_eq!(
+        store.allocate(&tag, Some(500)).await.unwrap().range(),
+        2001..2501
+    );
+    let rec = store.get(&tag).await.unwrap().expect("the row");
+    assert_eq!((rec.max_id, rec.step), (2501, 2000));
+    assert_eq!(
+        rec.description.as_deref(),
+        Some("Test leaf Segment Mode Get Id")
+    );
+    assert!(
+        rec.updated_at_ms.is_some_and(|ms| ms > 1_600_000_000_000),
+        "{rec:?}"
+    );
+
+    assert_eq!(
+        show_create(&mut conn, "leaf_alloc").await,
+        before,
+        "the table was altered"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_table_is_created_with_leafs_ddl() {
+    let db = common::database().await;
+    MysqlStore::connect(&common::config(&db)).await.unwrap();
+    // The same DDL run by hand in a second database gives the same table.
+    let reference = common::database().await;
+    let mut conn = raw(&reference.url).await;
+    sqlx::query(LEAF_ALLOC_DDL)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let expected = show_create(&mut conn, "leaf_alloc").await;
+    let mut conn = raw(&db.url).await;
+    assert_eq!(show_create(&mut conn, "leaf_alloc").await, expected);
+    assert!(expected.contains("`update_time` timestamp NOT NULL DEFAULT current_timestamp() ON UPDATE current_timestamp()")
+        || expected.contains("`update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP"),
+        "{expected}");
+    // A second start finds the table and leaves it.
+    MysqlStore::connect(&common::config(&db)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_without_leafs_columns_is_a_config_error() {
+    let db = common::database().await;
+    let mut conn = raw(&db.url).await;
+    sqlx::query("CREATE TABLE leaf_alloc (biz_tag varchar(128) PRIMARY KEY, max_id bigint)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let e = MysqlStore::connect(&common::config(&db)).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("segment.url")),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_a_config_error_that_does_not_show_it() {
+    let db = common::database().await;
+    let config = MysqlConfig {
+        password: Some("not-the-password".into()),
+        ..common::config(&db)
+    };
+    let e = MysqlStore::connect(&config).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("segment.url")),
+        "{e}"
+    );
+    assert!(!e.to_string().contains("not-the-password"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_unavailable_quickly() {
+    let config = MysqlConfig {
+        connect_timeout_ms: 300,
+        timeout_ms: 1000,
+        ..MysqlConfig::with_url(format!("mysql://root:pw@127.0.0.1:{}/leaf", closed_port()))
+    };
+    let started = Instant::now();
+    let e = MysqlStore::connect(&config).await.unwrap_err();
+    assert!(
+        matches!(e, Error::Unavailable(_)) && e.is_retryable(),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_output_hides_the_password() {
+    let db = common::database().await;
+    let store = MysqlStore::connect(&common::config(&db)).await.unwrap();
+    let shown = format!("{store:?}");
+    assert!(!shown.contains(":leaftest@"), "{shown}");
+    assert!(shown.contains("root:***@"), "{shown}");
+    assert!(shown.contains("root:***@"), "{shown}");
+}

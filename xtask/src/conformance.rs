@@ -1,0 +1,272 @@
+//! `cargo xtask conformance [--backend NAME]`: runs every compiled backend crate's tests (the
+//! conformance suite and the backend's own real-server tests) against provisioned servers.
+//!
+//! A backend without a server (`sqlite`, `local`) just runs. A backend with one gets it from
+//! `leaf-testkit`'s provisioning: the server named by its `LEAFTEST_*_URL` variable if set,
+//! else a container of the image named by its `LEAFTEST_*_IMAGE` variable, which this command
+//! sets to the locally built testbed image (building it first when it is missing).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::testbed;
+
+/// A backend the suite knows.
+pub(crate) struct Backend {
+    /// The name for `--backend`.
+    name: &'static str,
+    /// The crate that runs its conformance tests.
+    package: &'static str,
+    /// The variable naming an already running server, for backends with one.
+    url_var: Option<&'static str>,
+}
+
+/// Every backend; those whose crate is not in the workspace yet are skipped. ZooKeeper and etcd
+/// are added here, with their testbed images in [`testbed::IMAGES`].
+const BACKENDS: &[Backend] = &[
+    Backend {
+        name: "sqlite",
+        package: "leaf-registry-local",
+        url_var: None,
+    },
+    Backend {
+        name: "local",
+        package: "leaf-registry-local",
+        url_var: None,
+    },
+    Backend {
+        name: "mysql",
+        package: "leaf-registry-mysql",
+        url_var: Some("LEAFTEST_MYSQL_URL"),
+    },
+];
+
+/// The backend crates present in the workspace, each once.
+pub(crate) fn packages(root: &Path) -> Vec<&'static str> {
+    let mut packages: Vec<&'static str> = BACKENDS
+        .iter()
+        .map(|b| b.package)
+        .filter(|p| root.join("crates").join(p).is_dir())
+        .collect();
+    packages.dedup();
+    packages
+}
+
+/// `cargo xtask conformance [--backend NAME]...`.
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
+    let mut wanted = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--backend" => wanted.push(it.next().context("--backend needs a name")?.clone()),
+            other => match other.strip_prefix("--backend=") {
+                Some(name) => wanted.push(name.to_string()),
+                None => bail!("unknown argument {other:?} (usage: conformance [--backend NAME])"),
+            },
+        }
+    }
+    for w in &wanted {
+        if !BACKENDS.iter().any(|b| b.name == w) {
+            bail!(
+                "unknown backend {w:?}; known: {}",
+                BACKENDS
+                    .iter()
+                    .map(|b| b.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    let selected: Vec<&Backend> = BACKENDS
+        .iter()
+        .filter(|b| wanted.is_empty() || wanted.iter().any(|w| w == b.name))
+        .filter(|b| {
+            let present = root.join("crates").join(b.package).is_dir();
+            if !present {
+                eprintln!(
+                    "xtask conformance: {} ({}) is not in the workspace",
+                    b.name, b.package
+                );
+            }
+            present
+        })
+        .collect();
+    if selected.is_empty() {
+        bail!("no backend to test");
+    }
+
+    let env = server_env(root, &selected)?;
+
+    let mut packages: Vec<&str> = selected.iter().map(|b| b.package).collect();
+    packages.dedup();
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    for package in &packages {
+        let names: Vec<&str> = selected
+            .iter()
+            .filter(|b| b.package == *package)
+            .map(|b| b.name)
+            .collect();
+        let step = format!("conformance {} ({package})", names.join(", "));
+        if let Err(e) = cargo_with_env(root, &step, &["test", "-p", package], &env) {
+            eprintln!("xtask conformance: {e:#}");
+            failed.push(*package);
+        }
+    }
+    reap_containers();
+    if !failed.is_empty() {
+        bail!("conformance failed for {}", failed.join(", "));
+    }
+    println!(
+        "xtask conformance: {} passed in {:.0} s",
+        packages.join(", "),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The environment that gives `selected` backends their servers: for each server backend
+/// whose `LEAFTEST_*_URL` is unset, its `LEAFTEST_*_IMAGE` (the local testbed image, built when
+/// missing, unless the caller set the variable). `cargo xtask ci` can run the workspace's tests
+/// with it too.
+pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(String, String)>> {
+    let mut env = Vec::new();
+    let needs_server = |b: &Backend| {
+        b.url_var
+            .is_some_and(|v| std::env::var_os(v).is_none_or(|u| u.is_empty()))
+    };
+    if selected.iter().any(|b| needs_server(b)) {
+        check_docker()?;
+    }
+    for b in selected.iter().filter(|b| needs_server(b)) {
+        if let Some(spec) = testbed::IMAGES.iter().find(|i| i.backend == b.name) {
+            testbed_image(root, spec, &mut env)?;
+        }
+    }
+    Ok(env)
+}
+
+/// Picks the image of a server backend: the one the caller named in its variable, else the
+/// local testbed image, built when missing (or the reason it cannot be, with what to do).
+fn testbed_image(
+    root: &Path,
+    spec: &testbed::ImageSpec,
+    env: &mut Vec<(String, String)>,
+) -> Result<()> {
+    if let Ok(image) = std::env::var(spec.image_var)
+        && !image.is_empty()
+    {
+        eprintln!(
+            "xtask conformance: {} uses {image} ({})",
+            spec.backend, spec.image_var
+        );
+        return Ok(());
+    }
+    if !testbed::image_exists(spec.image)? {
+        if let Some(why) = testbed::cannot_build() {
+            bail!(
+                "the testbed image {} is missing and cannot be built here: {why}.\n\
+                 Build it with `cargo xtask testbed {}` (as root), or set {} to an image \
+                 Docker can pull (default of the tests: the official one), or set the backend's \
+                 URL variable to a running server",
+                spec.image,
+                spec.backend,
+                spec.image_var
+            );
+        }
+        eprintln!(
+            "xtask conformance: building the missing testbed image {}",
+            spec.image
+        );
+        testbed::build(root, spec)?;
+    }
+    env.push((spec.image_var.to_string(), spec.image.to_string()));
+    Ok(())
+}
+
+/// Fails early, with what to do, when Docker cannot be used.
+fn check_docker() -> Result<()> {
+    let out = Command::new("docker")
+        .args(["version", "--format", "{{.Server.APIVersion}}"])
+        .output()
+        .context(
+            "cannot run docker: the server backends need Docker (or their LEAFTEST_*_URL set)",
+        )?;
+    if !out.status.success() {
+        bail!(
+            "docker cannot reach its engine: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Removes the containers `leaf-testkit` started for test processes of this host that have
+/// ended (a process-wide shared container outlives its tests: nothing drops a static).
+pub(crate) fn reap_containers() {
+    let host = hostname();
+    let Ok(out) = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--filter",
+            "label=org.leaf-rs.testkit.pid",
+            "--format",
+            "{{.ID}} {{.Label \"org.leaf-rs.testkit.pid\"}} {{.Label \"org.leaf-rs.testkit.host\"}}",
+        ])
+        .output()
+    else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut f = line.split_whitespace();
+        let (Some(id), Some(pid), Some(h)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if h == host && !Path::new("/proc").join(pid).exists() {
+            let removed = Command::new("docker")
+                .args(["rm", "-f", "-v", id])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if removed {
+                eprintln!("xtask conformance: removed test container {id} of ended process {pid}");
+            }
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// `cargo ARGS` with extra environment variables.
+fn cargo_with_env(root: &Path, step: &str, args: &[&str], env: &[(String, String)]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    eprintln!(
+        "xtask: == {step}: {} cargo {}",
+        shown.join(" "),
+        args.join(" ")
+    );
+    let started = Instant::now();
+    let status = Command::new(&cargo)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("cannot run {cargo}"))?;
+    eprintln!(
+        "xtask: == {step}: {} in {:.1} s",
+        if status.success() { "ok" } else { "FAILED" },
+        started.elapsed().as_secs_f64()
+    );
+    if !status.success() {
+        bail!("{step} failed ({status})");
+    }
+    Ok(())
+}
