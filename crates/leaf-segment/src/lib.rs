@@ -1,1 +1,15 @@
-//! placeholder
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+mod allocator;
+mod arena;
+mod config;
+mod entry;
+mod snapshot;
+mod step;
+mod tags;
+mod usage;
+
+pub use allocator::SegmentAllocator;
+pub use config::SegmentConfig;
+pub use snapshot::{LoadObserver, SegmentView, TagSnapshot};

@@ -1,0 +1,158 @@
+//! Segment allocator hot path against a bare atomic increment (design target: within 3x).
+
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use leaf_core::SystemClock;
+use leaf_segment::{SegmentAllocator, SegmentConfig};
+use leaf_testkit::MemoryStore;
+
+/// Big enough that switches are rare, small enough that a run sees some.
+const STEP: i64 = 1_000_000;
+
+fn allocator(rt: &tokio::runtime::Runtime, tag: &str) -> SegmentAllocator {
+    let store = Arc::new(MemoryStore::with_tags([(tag, STEP)]));
+    let alloc = SegmentAllocator::new(
+        store,
+        Arc::new(SystemClock::new()),
+        SegmentConfig::default(),
+    );
+    rt.block_on(async {
+        alloc.init().await.expect("init");
+        alloc.next_id(tag).await.expect("first load");
+    });
+    alloc
+}
+
+/// Polls `fut` once, as a runtime would on its first poll; a request that has to wait (a switch)
+/// is driven to the end by the runtime. The ID is returned as a plain `i64` (-1 for an error), as
+/// a caller would consume the result.
+#[inline(always)]
+fn poll_once_then_block<F: Future<Output = leaf_core::Result<i64>> + Unpin>(
+    rt: &tokio::runtime::Runtime,
+    cx: &mut Context<'_>,
+    mut fut: F,
+) -> i64 {
+    match Pin::new(&mut fut).poll(cx) {
+        Poll::Ready(Ok(id)) => id,
+        Poll::Ready(Err(e)) => failed(e),
+        Poll::Pending => finish(rt, fut),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn finish<F: Future<Output = leaf_core::Result<i64>>>(rt: &tokio::runtime::Runtime, fut: F) -> i64 {
+    rt.block_on(fut).unwrap_or_else(failed)
+}
+
+#[cold]
+#[inline(never)]
+fn failed(_: leaf_core::Error) -> i64 {
+    -1
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("segment");
+
+    g.throughput(Throughput::Elements(1));
+    let counter = AtomicU64::new(0);
+    g.bench_function("atomic_fetch_add_baseline", |b| {
+        b.iter(|| black_box(&counter).fetch_add(1, Ordering::Relaxed))
+    });
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let alloc = allocator(&rt, "bench-tag");
+    // The future is polled directly: criterion's `to_async` loop alone costs several times a bare
+    // atomic increment. The runtime is entered so that a preload can be spawned; a request that
+    // has to wait (a switch) is finished by `block_on`, which also runs the load.
+    let _entered = rt.enter();
+    // Opaque to the optimiser, as a tag parsed from a request is.
+    let tag: &str = black_box("bench-tag");
+    let mut cx = Context::from_waker(Waker::noop());
+    g.bench_function("next_id_by_name", |b| {
+        b.iter(|| poll_once_then_block(&rt, &mut cx, alloc.next_id(tag)))
+    });
+
+    // Background loads run on the runtime's worker; the two measuring threads drive their own
+    // requests with `Handle::block_on`.
+    let shared_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let shared = allocator(&shared_rt, "shared-tag");
+    let handle = shared_rt.handle().clone();
+    g.throughput(Throughput::Elements(2));
+    g.bench_function("two_threads_shared_tag", |b| {
+        b.iter_custom(|iters| {
+            let barrier = Barrier::new(3);
+            std::thread::scope(|scope| {
+                for _ in 0..2 {
+                    scope.spawn(|| {
+                        let tag: &str = black_box("shared-tag");
+                        barrier.wait();
+                        handle.block_on(async {
+                            for _ in 0..iters {
+                                let _ = black_box(shared.next_id(tag).await);
+                            }
+                        });
+                    });
+                }
+                barrier.wait();
+                let start = Instant::now();
+                // The scope joins both threads before it returns.
+                start
+            })
+            .elapsed()
+        })
+    });
+    g.finish();
+
+    // Not a design target: what a thread pays when consecutive requests name different tags (the
+    // per-thread last-tag shortcut misses and the tag is hashed).
+    let mut more = c.benchmark_group("segment_more");
+    more.throughput(Throughput::Elements(2));
+    let two = {
+        let store = Arc::new(MemoryStore::with_tags([
+            ("tag-one", STEP),
+            ("tag-two", STEP),
+        ]));
+        let alloc = SegmentAllocator::new(
+            store,
+            Arc::new(SystemClock::new()),
+            SegmentConfig::default(),
+        );
+        rt.block_on(async {
+            alloc.init().await.expect("init");
+            alloc.next_id("tag-one").await.expect("first load");
+            alloc.next_id("tag-two").await.expect("first load");
+        });
+        alloc
+    };
+    let (tag_one, tag_two): (&str, &str) = black_box(("tag-one", "tag-two"));
+    more.bench_function("next_id_alternating_tags", |b| {
+        b.iter(|| {
+            let one = poll_once_then_block(&rt, &mut cx, two.next_id(tag_one));
+            let two = poll_once_then_block(&rt, &mut cx, two.next_id(tag_two));
+            (one, two)
+        })
+    });
+    more.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().measurement_time(Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);

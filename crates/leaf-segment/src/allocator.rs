@@ -1,0 +1,769 @@
+//! `SegmentAllocator`: the tag cache, the lock-free hot path, and the loads behind it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use leaf_core::{Clock, Error, Result, SegmentStore, Tag};
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::arena::{self, Arena};
+use crate::entry::{Seg, Slow, TagEntry, Take};
+use crate::step::next_step;
+use crate::tags::{self, Recently, TagMap};
+use crate::{LoadObserver, SegmentConfig, TagSnapshot};
+
+type Hasher = foldhash::fast::RandomState;
+
+/// Gives each allocator an identity for the per-thread map cache.
+static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Bound on remembered unknown tags. A flood of distinct names beyond it is not remembered:
+/// that costs store lookups, never unbounded memory.
+const MAX_MISSES: usize = 65_536;
+/// The first retry of a failed background load waits this long (then doubles).
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The future of [`SegmentAllocator::next_id`].
+struct NextId<'a> {
+    alloc: &'a SegmentAllocator,
+    tag: &'a str,
+    /// The slow path, once the fast path found no ID.
+    slow: Option<Pin<Box<dyn Future<Output = Result<i64>> + Send + 'a>>>,
+}
+
+impl Future for NextId<'_> {
+    type Output = Result<i64>;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<i64>> {
+        let this = &mut *self;
+        if let Some(slow) = &mut this.slow {
+            return slow.as_mut().poll(cx);
+        }
+        let id = this.alloc.fast_one(this.tag);
+        if id >= 0 {
+            return Poll::Ready(Ok(id));
+        }
+        // Only values leave this function (no `&mut self`), so that a caller's future can live
+        // in registers on the fast path.
+        this.slow
+            .insert(slow_future(&this.alloc.inner, this.tag))
+            .as_mut()
+            .poll(cx)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn slow_future<'a>(
+    inner: &'a Arc<Inner>,
+    tag: &'a str,
+) -> Pin<Box<dyn Future<Output = Result<i64>> + Send + 'a>> {
+    Box::pin(inner.next_id_slow(tag))
+}
+
+/// `fast_one`'s answer when the request needs the slow path (IDs are never negative).
+const SLOW: i64 = -1;
+
+/// Leaf's double-buffered segment allocator. Cheap to clone; clones share everything.
+///
+/// Must be used inside a Tokio runtime with the timer enabled: loads run as spawned tasks and the
+/// switch wait is a Tokio timeout.
+#[derive(Clone)]
+pub struct SegmentAllocator {
+    inner: Arc<Inner>,
+    /// `inner.id`, one pointer hop closer to the hot path.
+    id: u64,
+}
+
+struct Inner {
+    id: u64,
+    store: Arc<dyn SegmentStore>,
+    clock: Arc<dyn Clock>,
+    config: SegmentConfig,
+    observer: RwLock<Option<Arc<dyn LoadObserver>>>,
+    /// The tags in the cache. Replaced whole on change (rare); threads keep a copy
+    /// (`tags::lookup`).
+    tags: ArcSwap<TagMap>,
+    /// Every entry ever created, by index (the hot path's way in).
+    arena: Arena,
+    /// Bumped after every store to `tags`.
+    version: AtomicU64,
+    /// Serialises writers of `tags`.
+    map_write: Mutex<()>,
+    misses: Mutex<Misses>,
+}
+
+/// Unknown tags and when to forget them (monotonic time).
+#[derive(Default)]
+struct Misses {
+    until: HashMap<Tag, Duration, Hasher>,
+    /// Bumped by every forget, so a lookup that raced with one does not record a stale miss.
+    epoch: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn unknown(tag: &Tag) -> Error {
+    Error::NotFound(format!("tag {tag}"))
+}
+
+/// A copy of a load's error for each request that waited on it (`Error` is not `Clone`).
+fn clone_error(e: &Error) -> Error {
+    match e {
+        Error::NotFound(m) => Error::NotFound(m.clone()),
+        Error::InvalidInput(m) => Error::InvalidInput(m.clone()),
+        Error::AlreadyExists(m) => Error::AlreadyExists(m.clone()),
+        Error::Unavailable(m) => Error::Unavailable(m.clone()),
+        Error::LeaseLost(m) => Error::LeaseLost(m.clone()),
+        Error::Exhausted(m) => Error::Exhausted(m.clone()),
+        Error::Config(m) => Error::Config(m.clone()),
+        Error::ClockMovedBackwards { behind_ms, waited } => Error::ClockMovedBackwards {
+            behind_ms: *behind_ms,
+            waited: *waited,
+        },
+        Error::Backend { backend, source } => Error::backend(backend, source.to_string()),
+        other => Error::Unavailable(other.to_string()),
+    }
+}
+
+impl SegmentAllocator {
+    /// An allocator over `store`, timing its steps and waits with `clock`. No I/O happens until
+    /// [`init`](Self::init) or the first request.
+    pub fn new(store: Arc<dyn SegmentStore>, clock: Arc<dyn Clock>, config: SegmentConfig) -> Self {
+        let id = NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed);
+        SegmentAllocator {
+            id,
+            inner: Arc::new(Inner {
+                id,
+                store,
+                clock,
+                config,
+                observer: RwLock::new(None),
+                tags: ArcSwap::from_pointee(TagMap::default()),
+                arena: Arena::default(),
+                version: AtomicU64::new(0),
+                map_write: Mutex::new(()),
+                misses: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Reports every load attempt to `observer` (metrics).
+    pub fn with_observer(self, observer: Arc<dyn LoadObserver>) -> Self {
+        *self
+            .inner
+            .observer
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(observer);
+        self
+    }
+
+    /// Loads the tag list, as Leaf's `init`. Segments load on first use (or via
+    /// [`warm`](Self::warm)).
+    pub async fn init(&self) -> Result<()> {
+        self.inner.refresh_tags().await?;
+        tracing::info!(
+            store = self.inner.store.kind(),
+            tags = self.inner.tags.load().len(),
+            "segment allocator ready"
+        );
+        Ok(())
+    }
+
+    /// Re-reads the tag list every `refresh_interval` until the allocator is dropped or the task
+    /// aborted. Needs a Tokio runtime (it panics outside one, as `tokio::spawn` does).
+    pub fn spawn_refresher(&self) -> JoinHandle<()> {
+        let weak = Arc::downgrade(&self.inner);
+        let clock = self.inner.clock.clone();
+        let every = self.inner.config.refresh_interval;
+        tokio::spawn(async move {
+            loop {
+                clock.sleep(every).await;
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                if let Err(e) = inner.refresh_tags().await {
+                    tracing::warn!(error = %e, "refreshing the tag list failed; keeping the cached tags");
+                }
+                inner.sample_all();
+            }
+        })
+    }
+
+    /// Adds the store's new tags and drops the vanished ones. An empty list removes nothing (a
+    /// store that answers with no rows is more likely broken than emptied).
+    pub async fn refresh_tags(&self) -> Result<()> {
+        self.inner.refresh_tags().await
+    }
+
+    /// The next ID of `tag`.
+    ///
+    /// `NotFound` for a tag the store does not know, `InvalidInput` for a malformed one,
+    /// `Unavailable` when both segments are spent and the next does not arrive within
+    /// `switch_wait`; the first load of a tag returns the store's own error.
+    ///
+    /// Used as an `async fn`. The future is a small hand-written one, so that the fast path
+    /// (which completes on the first poll) inlines into the caller and its result stays in
+    /// registers; only a request that has to wait allocates its slow-path future.
+    pub fn next_id<'a>(&'a self, tag: &'a str) -> impl Future<Output = Result<i64>> + Send + 'a {
+        NextId {
+            alloc: self,
+            tag,
+            slow: None,
+        }
+    }
+
+    /// `n` (at least 1) unique IDs of `tag` in ascending order. Each segment's share is taken
+    /// with one atomic step; a batch larger than what is buffered spans segments.
+    pub async fn next_ids(&self, tag: &str, n: usize) -> Result<Vec<i64>> {
+        if n == 0 {
+            return Err(Error::InvalidInput("count must be at least 1".into()));
+        }
+        let entry = self.inner.entry_for(tag).await?;
+        let mut ids = Vec::with_capacity(n.min(1 << 16));
+        while ids.len() < n {
+            let want = (n - ids.len()) as u64;
+            let (start, count) = self.inner.take_slow(&entry, want).await?;
+            ids.extend(start..start + count as i64);
+        }
+        Ok(ids)
+    }
+
+    /// Forgets that `tag` was unknown; the server calls it after creating the tag.
+    pub fn forget_miss(&self, tag: &str) {
+        let mut m = lock(&self.inner.misses);
+        m.until.remove(tag);
+        m.epoch += 1;
+    }
+
+    /// Every cached tag's state, ordered by tag.
+    pub fn snapshot(&self) -> Vec<TagSnapshot> {
+        let map = self.inner.tags.load_full();
+        let now = self.inner.clock.monotonic();
+        let mut out: Vec<TagSnapshot> = map
+            .entries()
+            .map(|e| e.snapshot(&mut e.lock(), now))
+            .collect();
+        out.sort_by(|a, b| a.tag.cmp(&b.tag));
+        out
+    }
+
+    /// The tags used within `within`, ordered (for a warm restart). Use is noticed when a sample
+    /// is taken (loads, switches, snapshots, refresh ticks, this call), so a tag may be reported
+    /// up to one refresh interval longer than `within`, never shorter.
+    pub fn recently_used(&self, within: Duration) -> Vec<Tag> {
+        let map = self.inner.tags.load_full();
+        let now = self.inner.clock.monotonic();
+        let mut tags: Vec<Tag> = map
+            .entries()
+            .filter(|e| {
+                let mut s = e.lock();
+                let issued = e.issued(&s);
+                s.usage.sample(now, issued);
+                s.usage
+                    .last_change()
+                    .is_some_and(|t| now.saturating_sub(t) <= within)
+            })
+            .map(|e| e.tag.clone())
+            .collect();
+        tags.sort();
+        tags
+    }
+
+    /// Starts the first load of each of `tags` in the background (warm restart). Tags the store
+    /// does not know are skipped.
+    pub fn warm(&self, tags: Vec<Tag>) {
+        let Ok(handle) = Handle::try_current() else {
+            tracing::warn!("warming tags needs a tokio runtime; skipped");
+            return;
+        };
+        let inner = self.inner.clone();
+        handle.spawn(async move {
+            for tag in tags {
+                match inner.entry_for(tag.as_str()).await {
+                    Ok(entry) => {
+                        let mut s = entry.lock();
+                        if !s.initialized
+                            && !s.loading
+                            && let Err(e) = inner.begin_load(&entry, &mut s, true)
+                        {
+                            tracing::warn!(tag = %tag, error = %e, "cannot warm tag");
+                        }
+                    }
+                    Err(e) => tracing::debug!(tag = %tag, error = %e, "not warming tag"),
+                }
+            }
+        });
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn SegmentStore> {
+        &self.inner.store
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SegmentConfig {
+        &self.inner.config
+    }
+
+    /// The whole hot path: a comparison with the thread's last tag, and one `fetch_add`. No lock,
+    /// no allocation, no clock. Returns the ID, or [`SLOW`].
+    #[inline(always)]
+    fn fast_one(&self, tag: &str) -> i64 {
+        let entry = match tags::recently(self.id, tag) {
+            Recently::Is(i) => self.inner.arena.get(i),
+            Recently::Compare(i) => self.inner.arena.get(i).filter(|e| same_tag(e, tag)),
+            Recently::Not => None,
+        };
+        let Some(entry) = entry else {
+            return self.fast_lookup(tag);
+        };
+        match entry.take(1) {
+            // A refresh dropped the tag: the slow path looks it up again (the ID is skipped).
+            _ if entry.is_removed() => SLOW,
+            Take::Got {
+                start,
+                preload: false,
+                ..
+            } => start,
+            Take::Got { start, .. } => {
+                self.inner.request_preload(entry);
+                start
+            }
+            Take::Spent => SLOW,
+        }
+    }
+
+    /// The fast path for a tag other than the thread's last one: a hashed lookup first.
+    #[cold]
+    #[inline(never)]
+    fn fast_lookup(&self, tag: &str) -> i64 {
+        let inner = &self.inner;
+        // Acquire pairs with `publish_map`: a version seen implies its map is stored.
+        let version = inner.version.load(Ordering::Acquire);
+        let Some(index) = tags::lookup(self.id, version, || inner.tags.load_full(), tag) else {
+            return SLOW;
+        };
+        let Some(entry) = inner.arena.get(arena::locate(index)) else {
+            return SLOW;
+        };
+        tags::remember(self.id, tag, index);
+        match entry.take(1) {
+            Take::Got { start, preload, .. } => {
+                if preload {
+                    inner.request_preload(entry);
+                }
+                start
+            }
+            Take::Spent => SLOW,
+        }
+    }
+}
+
+#[inline(never)]
+fn same_tag(entry: &TagEntry, tag: &str) -> bool {
+    entry.tag.as_str() == tag
+}
+
+impl fmt::Debug for SegmentAllocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SegmentAllocator")
+            .field("store", &self.inner.store.kind())
+            .field("tags", &self.inner.tags.load().len())
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+impl Inner {
+    fn lookup(&self, tag: &str) -> Option<Arc<TagEntry>> {
+        self.tags.load().get(tag).cloned()
+    }
+
+    /// A new entry, in the arena. The caller holds `map_write`, which serialises arena pushes.
+    fn new_entry(&self, tag: Tag) -> Arc<TagEntry> {
+        let make = |index| TagEntry::new(tag.clone(), index);
+        // Past the arena's capacity (billions of entries) the entry is not reachable by index:
+        // it is served by the hashed lookup only.
+        self.arena
+            .push(make)
+            .unwrap_or_else(|| Arc::new(make(usize::MAX)))
+    }
+
+    fn publish_map(&self, map: TagMap) {
+        self.tags.store(Arc::new(map));
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    fn observer(&self) -> Option<Arc<dyn LoadObserver>> {
+        self.observer
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The cached entry of `tag`; for a tag not in the cache, one store lookup (unless a recent
+    /// one found nothing), so that a tag created since the last refresh works at once.
+    async fn entry_for(&self, tag: &str) -> Result<Arc<TagEntry>> {
+        if let Some(e) = self.lookup(tag) {
+            // The thread's last entry may be one a refresh dropped (see `tags::recently`).
+            tags::remember(self.id, tag, e.index);
+            return Ok(e);
+        }
+        tags::forget(self.id);
+        let tag = Tag::new(tag)?;
+        let epoch = {
+            let mut m = lock(&self.misses);
+            if let Some(&until) = m.until.get(&tag) {
+                if self.clock.monotonic() < until {
+                    return Err(unknown(&tag));
+                }
+                m.until.remove(&tag);
+            }
+            m.epoch
+        };
+        if self.store.get(&tag).await?.is_some() {
+            return Ok(self.insert_entry(tag));
+        }
+        let mut m = lock(&self.misses);
+        if m.epoch == epoch {
+            let now = self.clock.monotonic();
+            if m.until.len() >= MAX_MISSES {
+                m.until.retain(|_, until| *until > now);
+                if m.until.len() >= MAX_MISSES {
+                    m.until.clear();
+                }
+            }
+            m.until
+                .insert(tag.clone(), now.saturating_add(self.config.miss_ttl));
+        }
+        Err(unknown(&tag))
+    }
+
+    fn insert_entry(&self, tag: Tag) -> Arc<TagEntry> {
+        let _writer = lock(&self.map_write);
+        let current = self.tags.load_full();
+        if let Some(e) = current.get(tag.as_str()) {
+            return e.clone();
+        }
+        let entry = self.new_entry(tag);
+        let mut map = (*current).clone();
+        map.insert(entry.clone());
+        self.publish_map(map);
+        entry
+    }
+
+    async fn refresh_tags(&self) -> Result<()> {
+        // Only tags cached before the listing may be dropped: one added by a lookup meanwhile
+        // may be newer than the list.
+        let before = self.tags.load_full();
+        let listed = self.store.tags().await?;
+        if listed.is_empty() {
+            tracing::warn!(
+                store = self.store.kind(),
+                "the store listed no tags; keeping the cached ones"
+            );
+            return Ok(());
+        }
+        let (added, removed) = {
+            let _writer = lock(&self.map_write);
+            let current = self.tags.load_full();
+            let mut map = TagMap::with_capacity(listed.len());
+            let mut added = 0usize;
+            for tag in &listed {
+                let entry = current.get(tag.as_str()).cloned().unwrap_or_else(|| {
+                    added += 1;
+                    self.new_entry(tag.clone())
+                });
+                map.insert(entry);
+            }
+            let mut removed = Vec::new();
+            for entry in current.entries() {
+                let tag = &entry.tag;
+                if map.contains(tag.as_str()) {
+                    continue;
+                }
+                if before.contains(tag.as_str()) {
+                    entry.remove();
+                    removed.push(tag.clone());
+                } else {
+                    map.insert(entry.clone());
+                }
+            }
+            if added > 0 || !removed.is_empty() {
+                self.publish_map(map);
+            }
+            (added, removed)
+        };
+        {
+            let mut m = lock(&self.misses);
+            for tag in &listed {
+                m.until.remove(tag);
+            }
+            m.epoch += 1;
+        }
+        if added > 0 || !removed.is_empty() {
+            tracing::info!(added, removed = ?removed, "tag list refreshed");
+        }
+        Ok(())
+    }
+
+    /// Records every tag's consumption (the refresher's tick), for rates and `recently_used`.
+    fn sample_all(&self) {
+        let now = self.clock.monotonic();
+        for entry in self.tags.load().entries() {
+            let mut s = entry.lock();
+            let issued = entry.issued(&s);
+            s.usage.sample(now, issued);
+        }
+    }
+
+    async fn next_id_slow(self: &Arc<Self>, tag: &str) -> Result<i64> {
+        let entry = self.entry_for(tag).await?;
+        let (id, _) = self.take_slow(&entry, 1).await?;
+        Ok(id)
+    }
+
+    /// Takes up to `want` IDs, loading the first segment, switching, or waiting (at most
+    /// `switch_wait`) for the next one as needed.
+    async fn take_slow(self: &Arc<Self>, entry: &Arc<TagEntry>, want: u64) -> Result<(i64, u64)> {
+        let mut deadline = None;
+        loop {
+            if let Take::Got {
+                start,
+                count,
+                preload,
+            } = entry.take_batch(want)
+            {
+                if preload {
+                    self.request_preload(entry);
+                }
+                return Ok((start, count));
+            }
+            let mut notified = pin!(entry.notify.notified());
+            let initialized = {
+                let mut s = entry.lock();
+                if s.initialized {
+                    if entry.has_ids(&s) {
+                        continue;
+                    }
+                    if s.next_ready {
+                        entry.switch(&mut s);
+                        let issued = entry.issued(&s);
+                        s.usage.sample(self.clock.monotonic(), issued);
+                        continue;
+                    }
+                    entry.cap_overrun(&s);
+                    if !s.loading {
+                        self.begin_load(entry, &mut s, false)?;
+                    }
+                    // Registered before the lock is released, so the load's wake-up is not missed.
+                    notified.as_mut().enable();
+                }
+                s.initialized
+            };
+            if !initialized {
+                self.first_load(entry).await?;
+                continue;
+            }
+            let deadline = *deadline
+                .get_or_insert_with(|| Instant::now().checked_add(self.config.switch_wait));
+            let timed_out = match deadline {
+                Some(d) => tokio::time::timeout_at(d, notified).await.is_err(),
+                None => {
+                    notified.await;
+                    false
+                }
+            };
+            if timed_out {
+                return Err(Error::Unavailable(format!(
+                    "both segments of tag {} are spent and the next one is not loaded yet",
+                    entry.tag
+                )));
+            }
+        }
+    }
+
+    /// Waits for the tag's first segment, starting its load if none is running. No time bound:
+    /// the store's own answer (or timeout) ends the load.
+    async fn first_load(self: &Arc<Self>, entry: &Arc<TagEntry>) -> Result<()> {
+        let mut seen = None;
+        loop {
+            let mut notified = pin!(entry.notify.notified());
+            {
+                let mut s = entry.lock();
+                if s.initialized {
+                    return Ok(());
+                }
+                if seen.is_some_and(|g| g != s.load_gen)
+                    && let Some(e) = &s.last_error
+                {
+                    return Err(clone_error(e));
+                }
+                if !s.loading {
+                    self.begin_load(entry, &mut s, true)?;
+                }
+                seen = Some(s.load_gen);
+                notified.as_mut().enable();
+            }
+            notified.await;
+        }
+    }
+
+    /// Called by the one request that crossed the preload point.
+    #[cold]
+    fn request_preload(self: &Arc<Self>, entry: &Arc<TagEntry>) {
+        if entry.is_removed() {
+            return;
+        }
+        let mut s = entry.lock();
+        if s.initialized
+            && !s.next_ready
+            && !s.loading
+            && let Err(e) = self.begin_load(entry, &mut s, false)
+        {
+            tracing::warn!(tag = %entry.tag, error = %e, "cannot preload the next segment");
+        }
+    }
+
+    /// Starts the tag's one load task. The caller holds the entry's lock and has checked that no
+    /// load is running.
+    fn begin_load(
+        self: &Arc<Self>,
+        entry: &Arc<TagEntry>,
+        s: &mut Slow,
+        first: bool,
+    ) -> Result<()> {
+        let handle = Handle::try_current().map_err(|_| {
+            Error::Unavailable("the segment allocator must run inside a tokio runtime".into())
+        })?;
+        s.loading = true;
+        handle.spawn(run_load(
+            Arc::downgrade(self),
+            self.clock.clone(),
+            entry.clone(),
+            first,
+        ));
+        Ok(())
+    }
+
+    /// One allocation from the store, installed on success.
+    async fn load_once(&self, entry: &TagEntry) -> Result<()> {
+        let started = self.clock.monotonic();
+        let step = {
+            let s = entry.lock();
+            s.last_load_at.map(|at| {
+                next_step(
+                    s.step,
+                    s.stored_step,
+                    started.saturating_sub(at),
+                    &self.config,
+                )
+            })
+        };
+        let result = self
+            .store
+            .allocate(&entry.tag, step)
+            .await
+            .and_then(|a| Seg::from_allocation(&a, self.store.kind()).map(|seg| (a, seg)));
+        let now = self.clock.monotonic();
+        if let Some(o) = self.observer() {
+            o.on_load(&entry.tag, result.is_ok(), now.saturating_sub(started));
+        }
+        let mut s = entry.lock();
+        let (a, seg) = match result {
+            Ok(ok) => ok,
+            Err(e) => {
+                s.loads_failed += 1;
+                return Err(e);
+            }
+        };
+        entry.install(&mut s, seg, self.config.threshold());
+        s.step = a.used_step;
+        s.stored_step = a.step;
+        s.last_load_at = Some(started);
+        s.loads_ok += 1;
+        s.loading = false;
+        s.load_gen += 1;
+        s.last_error = None;
+        let issued = entry.issued(&s);
+        s.usage.sample(now, issued);
+        drop(s);
+        entry.notify.notify_waiters();
+        tracing::debug!(tag = %entry.tag, start = seg.start, len = seg.len, step = ?step, "segment loaded");
+        Ok(())
+    }
+}
+
+/// The tag's load task: one attempt for a first load (its waiters get the store's answer);
+/// retries with backoff for a later one, until it succeeds, the tag is dropped or the allocator
+/// is.
+async fn run_load(inner: Weak<Inner>, clock: Arc<dyn Clock>, entry: Arc<TagEntry>, first: bool) {
+    let mut backoff: Option<Duration> = None;
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let err = match strong.load_once(&entry).await {
+            Ok(()) => return,
+            Err(e) => e,
+        };
+        let max = strong.config.retry_backoff_max;
+        // Not held while sleeping: a dropped allocator ends the retries.
+        drop(strong);
+        if first || entry.is_removed() {
+            tracing::debug!(tag = %entry.tag, error = %err, "loading the first segment failed");
+            let mut s = entry.lock();
+            s.loading = false;
+            s.load_gen += 1;
+            s.last_error = Some(err);
+            drop(s);
+            entry.notify.notify_waiters();
+            return;
+        }
+        let wait = backoff
+            .map_or(FIRST_BACKOFF, |b| b.saturating_mul(2))
+            .min(max);
+        tracing::warn!(
+            tag = %entry.tag,
+            error = %err,
+            retry_in = ?wait,
+            "loading the next segment failed; serving from the buffer"
+        );
+        backoff = Some(wait);
+        clock.sleep(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_copied_by_kind() {
+        let check = |e: Error| {
+            let c = clone_error(&e);
+            assert_eq!(c.to_string(), e.to_string());
+            assert_eq!(c.is_retryable(), e.is_retryable());
+        };
+        check(Error::NotFound("tag t".into()));
+        check(Error::Exhausted("tag t".into()));
+        check(Error::backend("sqlite", "database is locked"));
+        check(Error::ClockMovedBackwards {
+            behind_ms: 3,
+            waited: false,
+        });
+    }
+}

@@ -1,0 +1,87 @@
+//! Leaf's dynamic step: size the next segment by how long the previous one lasted.
+
+use std::time::Duration;
+
+use crate::SegmentConfig;
+
+/// The step for the next load, given the step of the latest load (`current`), the step stored in
+/// the row (`stored`) and how long the latest segment `lasted` (time between the last two loads).
+///
+/// Leaf's rule: below `step_double_below` the step doubles while the result stays within
+/// `max_step`; below `step_halve_above` it stays; otherwise it halves unless that would go below
+/// the stored step. The result is never below the stored step, so raising a row's step takes
+/// effect at the next load.
+pub(crate) fn next_step(
+    current: i64,
+    stored: i64,
+    lasted: Duration,
+    config: &SegmentConfig,
+) -> i64 {
+    let next = if lasted < config.step_double_below {
+        match current.checked_mul(2) {
+            Some(doubled) if doubled <= config.max_step => doubled,
+            _ => current,
+        }
+    } else if lasted < config.step_halve_above {
+        current
+    } else if current / 2 >= stored {
+        current / 2
+    } else {
+        current
+    };
+    next.max(stored).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(current: i64, stored: i64, lasted_s: u64, expect: i64) {
+        let c = SegmentConfig::default();
+        assert_eq!(
+            next_step(current, stored, Duration::from_secs(lasted_s), &c),
+            expect,
+            "current {current}, stored {stored}, lasted {lasted_s} s"
+        );
+    }
+
+    #[test]
+    fn step_rule_table() {
+        // Fast consumption doubles.
+        check(2000, 2000, 0, 4000);
+        check(2000, 2000, 899, 4000);
+        check(4000, 2000, 60, 8000);
+        // Doubling stops where the result would pass max_step.
+        check(500_000, 2000, 10, 1_000_000);
+        check(600_000, 2000, 10, 600_000);
+        check(1_000_000, 2000, 10, 1_000_000);
+        // Between the bounds it stays.
+        check(4000, 2000, 900, 4000);
+        check(4000, 2000, 1799, 4000);
+        // Slow consumption halves, never below the stored step.
+        check(8000, 2000, 1800, 4000);
+        check(8000, 2000, 7200, 4000);
+        check(4000, 2000, 3600, 2000);
+        check(2000, 2000, 3600, 2000);
+        check(3000, 2000, 3600, 3000);
+        // A raised stored step wins at once.
+        check(2000, 5000, 3600, 5000);
+        check(2000, 5000, 1000, 5000);
+        // A stored step above max_step is kept, not doubled.
+        check(2_000_000, 2_000_000, 10, 2_000_000);
+    }
+
+    #[test]
+    fn bounds_are_configurable() {
+        let c = SegmentConfig {
+            step_double_below: Duration::from_secs(10),
+            step_halve_above: Duration::from_secs(20),
+            max_step: 100,
+            ..Default::default()
+        };
+        assert_eq!(next_step(10, 10, Duration::from_secs(9), &c), 20);
+        assert_eq!(next_step(60, 10, Duration::from_secs(9), &c), 60);
+        assert_eq!(next_step(20, 10, Duration::from_secs(10), &c), 20);
+        assert_eq!(next_step(20, 10, Duration::from_secs(20), &c), 10);
+    }
+}
