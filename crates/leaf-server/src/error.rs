@@ -1,0 +1,222 @@
+//! `ApiError`: every error answer of the server, as a status code and the JSON body
+//! `{"code": <int>, "message": <str>}`, with Leaf's result codes where Leaf had them.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use leaf_core::Error;
+use serde::Serialize;
+
+/// Leaf's segment code: the key is unknown.
+pub const CODE_UNKNOWN_KEY: i64 = -2;
+/// Leaf's segment code: both segments are not ready.
+pub const CODE_SEGMENTS_NOT_READY: i64 = -3;
+/// Leaf's snowflake code: the clock is still behind after the wait.
+pub const CODE_CLOCK_STILL_BEHIND: i64 = -1;
+/// Leaf's snowflake code: the clock moved back more than allowed.
+pub const CODE_CLOCK_MOVED_BACK: i64 = -3;
+/// The fork's snowflake code: the worker id's lease was lost.
+pub const CODE_LEASE_LOST: i64 = -4;
+
+/// Which part of the service an error came from; it decides Leaf's result code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A segment ID route.
+    Segment,
+    /// A snowflake ID route.
+    Snowflake,
+    /// Anything else (admin, decode).
+    Other,
+}
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// Leaf's result code, or the status code where Leaf had none.
+    pub code: i64,
+    /// What went wrong, for the client; never a backend's internals.
+    pub message: String,
+    /// Seconds for `Retry-After` (only 503s carry it).
+    pub retry_after_s: u64,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    code: i64,
+    message: &'a str,
+}
+
+impl ApiError {
+    /// An error whose code is its status.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: i64::from(status.as_u16()),
+            message: message.into(),
+            retry_after_s: 1,
+        }
+    }
+
+    /// 400.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, message)
+    }
+
+    /// 503 with a `Retry-After` of `retry_after_s` seconds.
+    pub fn unavailable(code: i64, message: impl Into<String>, retry_after_s: u64) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code,
+            message: message.into(),
+            retry_after_s: retry_after_s.max(1),
+        }
+    }
+
+    /// The answer for a mode that is switched off.
+    pub fn disabled(mode: &str) -> Self {
+        Self::not_found(format!(
+            "{mode} mode is disabled on this server ({mode}.enabled = false)"
+        ))
+    }
+
+    /// Maps a core error from `origin` to its answer.
+    pub fn from_core(origin: Origin, err: Error) -> Self {
+        match err {
+            Error::NotFound(what) => {
+                let mut e = Self::not_found(format!("not found: {what}"));
+                if origin == Origin::Segment {
+                    e.code = CODE_UNKNOWN_KEY;
+                }
+                e
+            }
+            Error::InvalidInput(why) => Self::bad_request(why),
+            Error::AlreadyExists(what) => {
+                Self::new(StatusCode::CONFLICT, format!("already exists: {what}"))
+            }
+            Error::Unavailable(why) => {
+                let code = match origin {
+                    Origin::Segment => CODE_SEGMENTS_NOT_READY,
+                    _ => 503,
+                };
+                Self::unavailable(code, format!("unavailable: {why}"), 1)
+            }
+            Error::ClockMovedBackwards { behind_ms, waited } => {
+                let code = if waited {
+                    CODE_CLOCK_STILL_BEHIND
+                } else {
+                    CODE_CLOCK_MOVED_BACK
+                };
+                Self::unavailable(
+                    code,
+                    format!("clock moved backwards by {behind_ms} ms"),
+                    behind_ms.div_ceil(1000),
+                )
+            }
+            Error::LeaseLost(why) => {
+                Self::unavailable(CODE_LEASE_LOST, format!("worker id lease lost: {why}"), 1)
+            }
+            Error::Exhausted(why) => Self::unavailable(503, format!("exhausted: {why}"), 60),
+            Error::Backend { backend, source } => {
+                // The client's error text can carry hosts and statements: log it, answer less.
+                tracing::warn!(backend, error = %source, "backend error");
+                Self::unavailable(
+                    match origin {
+                        Origin::Segment => CODE_SEGMENTS_NOT_READY,
+                        _ => 503,
+                    },
+                    format!("the {backend} backend is unavailable"),
+                    1,
+                )
+            }
+            other => {
+                tracing::error!(error = %other, "unexpected error");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&Body {
+            code: self.code,
+            message: &self.message,
+        })
+        .unwrap_or_else(|_| br#"{"code":500,"message":"internal error"}"#.to_vec());
+        let mut resp = (self.status, body).into_response();
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(self.retry_after_s));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(origin: Origin, err: Error, status: u16, code: i64) {
+        let e = ApiError::from_core(origin, err);
+        assert_eq!((e.status.as_u16(), e.code), (status, code), "{e:?}");
+    }
+
+    #[test]
+    fn kinds_map_to_status_and_leaf_codes() {
+        check(Origin::Segment, Error::NotFound("t".into()), 404, -2);
+        check(Origin::Other, Error::NotFound("t".into()), 404, 404);
+        check(Origin::Segment, Error::InvalidInput("t".into()), 400, 400);
+        check(Origin::Other, Error::AlreadyExists("t".into()), 409, 409);
+        check(Origin::Segment, Error::Unavailable("t".into()), 503, -3);
+        check(Origin::Snowflake, Error::Unavailable("t".into()), 503, 503);
+        let back = |waited| Error::ClockMovedBackwards {
+            behind_ms: 2500,
+            waited,
+        };
+        check(Origin::Snowflake, back(true), 503, -1);
+        check(Origin::Snowflake, back(false), 503, -3);
+        check(Origin::Snowflake, Error::LeaseLost("t".into()), 503, -4);
+        check(Origin::Segment, Error::Exhausted("t".into()), 503, 503);
+        check(Origin::Segment, Error::backend("sqlite", "locked"), 503, -3);
+        check(Origin::Other, Error::Config("x".into()), 500, 500);
+    }
+
+    #[test]
+    fn backend_details_do_not_leak() {
+        let e = ApiError::from_core(
+            Origin::Segment,
+            Error::backend("mysql", "access denied for root@10.1.2.3"),
+        );
+        assert!(!e.message.contains("10.1.2.3"), "{}", e.message);
+        assert!(e.message.contains("mysql"), "{}", e.message);
+    }
+
+    #[test]
+    fn every_503_carries_retry_after() {
+        let e = ApiError::from_core(
+            Origin::Snowflake,
+            Error::ClockMovedBackwards {
+                behind_ms: 2500,
+                waited: false,
+            },
+        );
+        let r = e.into_response();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "3");
+        let r = ApiError::unavailable(-3, "x", 0).into_response();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
+    }
+}

@@ -1,0 +1,355 @@
+//! Prometheus metrics: counters and histograms kept with atomics on the request path, and the
+//! text exposition format written by hand (a few dozen lines do not justify a registry crate).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use leaf_core::Tag;
+
+/// Upper bounds (seconds) of the request-duration buckets.
+const REQUEST_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// Upper bounds (seconds) of the segment-load buckets: a store round trip.
+const LOAD_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// A histogram with fixed buckets.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    // One per bound plus +Inf; not cumulative (cumulated when rendered).
+    counts: Box<[AtomicU64]>,
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(
+            d.as_nanos().min(u128::from(u64::MAX)) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    fn render(&self, out: &mut Exposition, name: &str, labels: &[(&str, &str)]) {
+        let mut cumulative = 0;
+        for (i, count) in self.counts.iter().enumerate() {
+            cumulative += count.load(Ordering::Relaxed);
+            let le = match self.bounds.get(i) {
+                Some(b) => b.to_string(),
+                None => "+Inf".to_string(),
+            };
+            let mut l = labels.to_vec();
+            l.push(("le", &le));
+            out.sample(&format!("{name}_bucket"), &l, cumulative as f64);
+        }
+        out.sample(
+            &format!("{name}_sum"),
+            labels,
+            self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        );
+        out.sample(&format!("{name}_count"), labels, cumulative as f64);
+    }
+}
+
+/// One route's counters.
+#[derive(Debug)]
+struct RouteStats {
+    // Indexed by status - 100, for 100..=599: a lock-free increment for every status.
+    statuses: Box<[AtomicU64]>,
+    duration: Histogram,
+}
+
+impl RouteStats {
+    fn new() -> Self {
+        RouteStats {
+            statuses: (100..600).map(|_| AtomicU64::new(0)).collect(),
+            duration: Histogram::new(&REQUEST_BUCKETS),
+        }
+    }
+}
+
+/// The server's own metrics (the allocator's and generator's state is read at scrape time).
+#[derive(Debug)]
+pub struct Metrics {
+    routes: RwLock<HashMap<String, Arc<RouteStats>>>,
+    segment_issued: RwLock<HashMap<Tag, Arc<AtomicU64>>>,
+    snowflake_issued: AtomicU64,
+    segment_load_duration: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            routes: RwLock::default(),
+            segment_issued: RwLock::default(),
+            snowflake_issued: AtomicU64::new(0),
+            segment_load_duration: Histogram::new(&LOAD_BUCKETS),
+        }
+    }
+}
+
+impl Metrics {
+    /// Empty metrics.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Counts one request of `route` (the route's pattern, never the raw path: bounded labels).
+    pub fn observe_request(&self, route: &str, status: u16, took: Duration) {
+        let stats = self.route(route);
+        if let Some(slot) = status
+            .checked_sub(100)
+            .and_then(|i| stats.statuses.get(usize::from(i)))
+        {
+            slot.fetch_add(1, Ordering::Relaxed);
+        }
+        stats.duration.observe(took);
+    }
+
+    fn route(&self, route: &str) -> Arc<RouteStats> {
+        if let Some(s) = self
+            .routes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(route)
+        {
+            return s.clone();
+        }
+        self.routes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(route.to_string())
+            .or_insert_with(|| Arc::new(RouteStats::new()))
+            .clone()
+    }
+
+    /// Counts `n` segment IDs issued for `tag`.
+    pub fn segment_issued(&self, tag: &Tag, n: u64) {
+        if let Some(c) = self
+            .segment_issued
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tag)
+        {
+            c.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        self.segment_issued
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(tag.clone())
+            .or_default()
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts `n` snowflake IDs issued.
+    pub fn snowflake_issued(&self, n: u64) {
+        self.snowflake_issued.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Records one segment load's duration.
+    pub fn segment_load(&self, took: Duration) {
+        self.segment_load_duration.observe(took);
+    }
+
+    /// Writes the counters and histograms kept here.
+    pub fn render(&self, out: &mut Exposition) {
+        out.family(
+            "leaf_ids_issued_total",
+            "IDs issued, by mode and tag",
+            "counter",
+        );
+        {
+            let issued = self
+                .segment_issued
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            let mut tags: Vec<_> = issued.iter().collect();
+            tags.sort_by(|a, b| a.0.cmp(b.0));
+            for (tag, n) in tags {
+                out.sample(
+                    "leaf_ids_issued_total",
+                    &[("mode", "segment"), ("tag", tag.as_str())],
+                    n.load(Ordering::Relaxed) as f64,
+                );
+            }
+        }
+        out.sample(
+            "leaf_ids_issued_total",
+            &[("mode", "snowflake"), ("tag", "")],
+            self.snowflake_issued.load(Ordering::Relaxed) as f64,
+        );
+
+        let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
+        let mut routes: Vec<_> = routes.iter().collect();
+        routes.sort_by(|a, b| a.0.cmp(b.0));
+        out.family(
+            "leaf_requests_total",
+            "HTTP requests, by route and status",
+            "counter",
+        );
+        for (route, stats) in &routes {
+            for (i, n) in stats.statuses.iter().enumerate() {
+                let n = n.load(Ordering::Relaxed);
+                if n > 0 {
+                    let status = (i + 100).to_string();
+                    out.sample(
+                        "leaf_requests_total",
+                        &[("route", route.as_str()), ("status", &status)],
+                        n as f64,
+                    );
+                }
+            }
+        }
+        out.family(
+            "leaf_request_duration_seconds",
+            "HTTP request duration, by route",
+            "histogram",
+        );
+        for (route, stats) in &routes {
+            stats.duration.render(
+                out,
+                "leaf_request_duration_seconds",
+                &[("route", route.as_str())],
+            );
+        }
+        out.family(
+            "leaf_segment_load_duration_seconds",
+            "Duration of segment loads from the store",
+            "histogram",
+        );
+        self.segment_load_duration
+            .render(out, "leaf_segment_load_duration_seconds", &[]);
+    }
+}
+
+/// A Prometheus text exposition being written.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    text: String,
+}
+
+impl Exposition {
+    /// An empty exposition.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts a metric family: its `HELP` and `TYPE` lines.
+    pub fn family(&mut self, name: &str, help: &str, kind: &str) {
+        let _ = writeln!(self.text, "# HELP {name} {help}");
+        let _ = writeln!(self.text, "# TYPE {name} {kind}");
+    }
+
+    /// Writes one sample.
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.text.push(',');
+                }
+                self.text.push_str(k);
+                self.text.push_str("=\"");
+                escape_label(&mut self.text, v);
+                self.text.push('"');
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {}", format_value(value));
+    }
+
+    /// The text.
+    pub fn finish(self) -> String {
+        self.text
+    }
+}
+
+fn escape_label(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn format_value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else {
+        v.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped() {
+        let mut e = Exposition::new();
+        e.sample("m", &[("tag", "a\"b\\c\nd")], 1.0);
+        assert_eq!(e.finish(), "m{tag=\"a\\\"b\\\\c\\nd\"} 1\n");
+    }
+
+    #[test]
+    fn requests_and_histograms_render() {
+        let m = Metrics::new();
+        m.observe_request("/api/segment/get/{*key}", 200, Duration::from_micros(50));
+        m.observe_request("/api/segment/get/{*key}", 200, Duration::from_millis(2));
+        m.observe_request("/api/segment/get/{*key}", 404, Duration::from_secs(9));
+        m.segment_issued(&Tag::new("t").unwrap(), 5);
+        m.segment_issued(&Tag::new("t").unwrap(), 2);
+        m.snowflake_issued(3);
+        let mut e = Exposition::new();
+        m.render(&mut e);
+        let text = e.finish();
+        let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        has("leaf_ids_issued_total{mode=\"segment\",tag=\"t\"} 7");
+        has("leaf_ids_issued_total{mode=\"snowflake\",tag=\"\"} 3");
+        has("leaf_requests_total{route=\"/api/segment/get/{*key}\",status=\"200\"} 2");
+        has("leaf_requests_total{route=\"/api/segment/get/{*key}\",status=\"404\"} 1");
+        has(
+            "leaf_request_duration_seconds_bucket{route=\"/api/segment/get/{*key}\",le=\"0.0001\"} 1",
+        );
+        has(
+            "leaf_request_duration_seconds_bucket{route=\"/api/segment/get/{*key}\",le=\"0.0025\"} 2",
+        );
+        has(
+            "leaf_request_duration_seconds_bucket{route=\"/api/segment/get/{*key}\",le=\"+Inf\"} 3",
+        );
+        has("leaf_request_duration_seconds_count{route=\"/api/segment/get/{*key}\"} 3");
+        has("# TYPE leaf_segment_load_duration_seconds histogram");
+        has("leaf_segment_load_duration_seconds_count 0");
+    }
+}

@@ -1,0 +1,401 @@
+//! Start-up, serving and graceful shutdown of the binary.
+//!
+//! Start-up binds the listener first (its port is the node identity's default), then starts the
+//! enabled modes: a mode whose backend fails with a retryable error keeps retrying in the
+//! background while the other serves; a configuration error stops start-up. Shutdown (SIGINT,
+//! SIGTERM) stops accepting, lets requests in flight finish, writes the snowflake's final mark,
+//! releases the worker id and writes the warm-restart tag list.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use leaf_core::{Clock, Error, NewTag, SegmentStore, SystemClock};
+use leaf_segment::SegmentAllocator;
+use leaf_snowflake::{Snowflake, SnowflakeState};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tower::Service as _;
+
+use crate::api::app;
+use crate::backend;
+use crate::config::{Config, Loaded, ServerConfig};
+use crate::identity;
+use crate::metrics::Metrics;
+use crate::state::{AppState, LoadMetrics, SegmentService, SnowflakeService};
+use crate::warm;
+
+/// How far back "recently used" reaches for the warm-restart list.
+const WARM_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// The longest pause between two start-up retries of a mode.
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// Runs the server until SIGINT or SIGTERM, then shuts down gracefully.
+pub async fn run(loaded: Loaded) -> anyhow::Result<()> {
+    let Loaded {
+        config,
+        warnings,
+        file,
+    } = loaded;
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    match &file {
+        Some(f) => tracing::info!(file = %f.display(), "configuration read"),
+        None => tracing::info!("no configuration file; built-in defaults and LEAF_ variables"),
+    }
+    tracing::debug!(?config, "configuration");
+
+    let listener = TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("server.listen: cannot listen on {}", config.server.listen))?;
+    let local = listener.local_addr()?;
+    let running = start(&config, local).await?;
+    tracing::info!(listen = %local, "leaf-server serving");
+    serve(
+        listener,
+        app(running.state.clone()),
+        &config.server,
+        shutdown_signal(),
+    )
+    .await;
+    running.stop().await;
+    tracing::info!("leaf-server stopped");
+    Ok(())
+}
+
+/// The started modes and their background tasks.
+pub struct Running {
+    /// The handlers' state.
+    pub state: AppState,
+    segment: Option<SegmentService>,
+    snowflake: Option<SnowflakeService>,
+    warm_file: PathBuf,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Starts the enabled modes. `local` is the bound address (its port is the default identity port).
+pub async fn start(config: &Config, local: SocketAddr) -> anyhow::Result<Running> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let metrics = Arc::new(Metrics::new());
+    let layout = config.snowflake.layout()?;
+    layout.check_now(clock.now_ms())?;
+    let warm_file = warm::path(&config.snowflake.cache_dir, &config.name);
+    let mut tasks = Vec::new();
+
+    let segment = if config.segment.enabled {
+        Some(start_segment(config, &clock, &metrics, &warm_file, &mut tasks).await?)
+    } else {
+        tracing::info!("segment mode disabled");
+        None
+    };
+    let snowflake = if config.snowflake.enabled {
+        Some(start_snowflake(config, local.port(), &clock, &mut tasks).await?)
+    } else {
+        tracing::info!("snowflake mode disabled");
+        None
+    };
+    let state = AppState::new(config, layout, segment.clone(), snowflake.clone(), metrics);
+    Ok(Running {
+        state,
+        segment,
+        snowflake,
+        warm_file,
+        tasks,
+    })
+}
+
+impl Running {
+    /// The graceful end: the final mark and release, the warm-restart list, the tasks.
+    pub async fn stop(self) {
+        if let Some(g) = self
+            .snowflake
+            .as_ref()
+            .and_then(SnowflakeService::generator)
+        {
+            match g.shutdown().await {
+                Ok(()) => tracing::info!(
+                    worker_id = g.worker_id(),
+                    "worker id released with its final mark"
+                ),
+                Err(e) => {
+                    tracing::error!(error = %e, "snowflake shutdown failed; the next start waits for the clock to pass the last mark")
+                }
+            }
+        }
+        if let Some(s) = self.segment.as_ref().filter(|s| s.is_ready()) {
+            let tags = s.allocator().recently_used(WARM_WINDOW);
+            let (path, n) = (self.warm_file.clone(), tags.len());
+            let written = tokio::task::spawn_blocking(move || warm::write(&path, &tags)).await;
+            match written {
+                Ok(Ok(())) => {
+                    tracing::info!(tags = n, file = %self.warm_file.display(), "warm-restart tag list written")
+                }
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the warm-restart tag list"),
+                Err(e) => tracing::warn!(error = %e, "cannot write the warm-restart tag list"),
+            }
+        }
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn start_segment(
+    config: &Config,
+    clock: &Arc<dyn Clock>,
+    metrics: &Arc<Metrics>,
+    warm_file: &std::path::Path,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<SegmentService> {
+    let seeds = config.segment.seed_tags()?;
+    let store = backend::segment_store(&config.segment).await?;
+    tracing::info!(
+        store = store.kind(),
+        url = %crate::config::redact_url(&config.segment.url),
+        "segment store configured"
+    );
+    let allocator = SegmentAllocator::new(
+        store,
+        Arc::clone(clock),
+        backend::allocator_config(&config.segment),
+    )
+    .with_observer(Arc::new(LoadMetrics(Arc::clone(metrics))));
+    let warm_tags = warm::read(warm_file);
+    let first = match seed(allocator.store().as_ref(), &seeds).await {
+        Ok(()) => allocator.init().await,
+        Err(e) => Err(e),
+    };
+    match first {
+        Ok(()) => {
+            let service = SegmentService::ready(allocator.clone());
+            tasks.push(allocator.spawn_refresher());
+            if !warm_tags.is_empty() {
+                tracing::info!(
+                    tags = warm_tags.len(),
+                    "warming the tags used before the restart"
+                );
+                allocator.warm(warm_tags);
+            }
+            Ok(service)
+        }
+        Err(e) if e.is_retryable() => {
+            tracing::warn!(error = %e, "segment mode cannot start yet; retrying in the background");
+            let service = SegmentService::starting(allocator.clone(), e.to_string());
+            let s = service.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut pause = Duration::from_millis(500);
+                loop {
+                    tokio::time::sleep(pause).await;
+                    // The seed tags too: the store may not have been reachable for them.
+                    let started = match seed(allocator.store().as_ref(), &seeds).await {
+                        Ok(()) => allocator.init().await,
+                        Err(e) => Err(e),
+                    };
+                    match started {
+                        Ok(()) => {
+                            s.mark_ready();
+                            tracing::info!("segment mode started");
+                            // The refresher lives as long as this task; both end at shutdown.
+                            let refresher = allocator.spawn_refresher();
+                            allocator.warm(warm_tags);
+                            let _ = refresher.await;
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "segment mode still cannot start");
+                            s.set_not_ready_reason(e.to_string());
+                            pause = (pause * 2).min(MAX_RETRY);
+                        }
+                    }
+                }
+            }));
+            Ok(service)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates the seed tags that are missing. A retryable failure (the store is down) is returned,
+/// for segment mode's start-up to retry; any other is logged and the tag left out.
+async fn seed(store: &dyn SegmentStore, tags: &[leaf_core::Tag]) -> leaf_core::Result<()> {
+    for tag in tags {
+        match store.create(&NewTag::new(tag.clone())).await {
+            Ok(r) => tracing::info!(tag = %tag, step = r.step, "seed tag created"),
+            Err(Error::AlreadyExists(_)) => {}
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => tracing::warn!(tag = %tag, error = %e, "cannot create the seed tag"),
+        }
+    }
+    Ok(())
+}
+
+async fn start_snowflake(
+    config: &Config,
+    listen_port: u16,
+    clock: &Arc<dyn Clock>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<SnowflakeService> {
+    let identity = identity::node_identity(&config.snowflake, listen_port)?;
+    let registry = backend::worker_registry(config).await?;
+    let layout = config.snowflake.layout()?;
+    let generator_config = backend::generator_config(&config.snowflake, layout);
+    tracing::info!(mode = registry.mode(), %identity, "starting snowflake mode");
+    let first = Snowflake::start(
+        Arc::clone(&registry),
+        identity.clone(),
+        Arc::clone(clock),
+        generator_config.clone(),
+    )
+    .await;
+    match first {
+        Ok(generator) => {
+            tasks.push(generator.spawn_renewer());
+            log_snowflake_state(&generator);
+            Ok(SnowflakeService::ready(generator))
+        }
+        Err(e) if e.is_retryable() => {
+            tracing::warn!(error = %e, "snowflake mode cannot start yet; retrying in the background");
+            let service = SnowflakeService::pending(e.to_string());
+            let s = service.clone();
+            let clock = Arc::clone(clock);
+            tasks.push(tokio::spawn(async move {
+                let mut pause = Duration::from_millis(500);
+                loop {
+                    tokio::time::sleep(pause).await;
+                    let started = Snowflake::start(
+                        Arc::clone(&registry),
+                        identity.clone(),
+                        Arc::clone(&clock),
+                        generator_config.clone(),
+                    )
+                    .await;
+                    match started {
+                        Ok(generator) => {
+                            let renewer = generator.spawn_renewer();
+                            log_snowflake_state(&generator);
+                            s.set(generator);
+                            let _ = renewer.await;
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "snowflake mode still cannot start");
+                            s.set_pending_reason(e.to_string());
+                            pause = (pause * 2).min(MAX_RETRY);
+                        }
+                    }
+                }
+            }));
+            Ok(service)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn log_snowflake_state(generator: &Snowflake) {
+    let status = generator.status();
+    match &status.state {
+        SnowflakeState::Ready => {
+            tracing::info!(worker_id = status.worker_id, "snowflake mode ready");
+        }
+        SnowflakeState::WaitingForClock { behind_ms } => tracing::warn!(
+            worker_id = status.worker_id,
+            behind_ms,
+            "snowflake mode waits for the clock to pass the previous time mark"
+        ),
+        other => tracing::error!(
+            worker_id = status.worker_id,
+            state = ?other,
+            "snowflake mode unavailable; segment mode serves"
+        ),
+    }
+}
+
+/// Accepts connections until `shutdown` completes, then stops accepting and gives the requests
+/// in flight `server.shutdown_timeout_s` to finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    config: &ServerConfig,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(config.idle_timeout_s))
+        .max_buf_size(config.max_header_bytes)
+        .keep_alive(true);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            // The peer comes from the socket, for the admin rule; never from a header.
+            req.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().call(req)
+        });
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: no new connections; finishing requests in flight");
+    let limit = Duration::from_secs(config.shutdown_timeout_s);
+    if tokio::time::timeout(limit, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "requests still in flight after server.shutdown_timeout_s = {}; closing them",
+            config.shutdown_timeout_s
+        );
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
+}

@@ -1,0 +1,302 @@
+//! `AppState`: what every handler shares — the two modes (each possibly disabled or still
+//! starting), the snowflake layout for decoding, the admin token and the metrics.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use leaf_core::{SnowflakeLayout, Tag};
+use leaf_segment::{LoadObserver, SegmentAllocator};
+use leaf_snowflake::{Snowflake, SnowflakeState};
+
+use crate::config::Config;
+use crate::error::{ApiError, CODE_SEGMENTS_NOT_READY};
+use crate::metrics::Metrics;
+
+/// The shared state of the HTTP handlers. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    admin_token: String,
+    max_batch: usize,
+    max_body_bytes: usize,
+    body_timeout: Duration,
+    layout: SnowflakeLayout,
+    segment: Option<SegmentService>,
+    snowflake: Option<SnowflakeService>,
+    metrics: Arc<Metrics>,
+}
+
+impl AppState {
+    /// State for `config`'s server settings and layout, with the given modes (`None`: disabled).
+    /// `metrics` should be the one the allocator reports its loads to.
+    pub fn new(
+        config: &Config,
+        layout: SnowflakeLayout,
+        segment: Option<SegmentService>,
+        snowflake: Option<SnowflakeService>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        AppState {
+            inner: Arc::new(Shared {
+                admin_token: config.server.admin_token.clone(),
+                max_batch: config.server.max_batch,
+                max_body_bytes: config.server.max_body_bytes,
+                body_timeout: Duration::from_secs(config.server.idle_timeout_s),
+                layout,
+                segment,
+                snowflake,
+                metrics,
+            }),
+        }
+    }
+
+    /// The configured admin token; empty when none.
+    pub fn admin_token(&self) -> &str {
+        &self.inner.admin_token
+    }
+
+    /// The largest batch.
+    pub fn max_batch(&self) -> usize {
+        self.inner.max_batch
+    }
+
+    /// The largest request body.
+    pub fn max_body_bytes(&self) -> usize {
+        self.inner.max_body_bytes
+    }
+
+    /// How long a request body may take to arrive (`server.idle_timeout_s`).
+    pub fn body_timeout(&self) -> Duration {
+        self.inner.body_timeout
+    }
+
+    /// The snowflake layout, for decoding.
+    pub fn layout(&self) -> &SnowflakeLayout {
+        &self.inner.layout
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Segment mode if enabled, whether ready or not.
+    pub fn segment_service(&self) -> Option<&SegmentService> {
+        self.inner.segment.as_ref()
+    }
+
+    /// Snowflake mode if enabled, whether ready or not.
+    pub fn snowflake_service(&self) -> Option<&SnowflakeService> {
+        self.inner.snowflake.as_ref()
+    }
+
+    /// The allocator, or the answer for a disabled or still starting segment mode.
+    pub fn segment(&self) -> Result<&SegmentAllocator, ApiError> {
+        let s = self
+            .inner
+            .segment
+            .as_ref()
+            .ok_or_else(|| ApiError::disabled("segment"))?;
+        if s.is_ready() {
+            Ok(&s.allocator)
+        } else {
+            Err(ApiError::unavailable(
+                CODE_SEGMENTS_NOT_READY,
+                format!("segment mode is starting: {}", s.not_ready_reason()),
+                1,
+            ))
+        }
+    }
+
+    /// The generator, or the answer for a disabled or not started snowflake mode.
+    pub fn snowflake(&self) -> Result<&Snowflake, ApiError> {
+        let s = self
+            .inner
+            .snowflake
+            .as_ref()
+            .ok_or_else(|| ApiError::disabled("snowflake"))?;
+        s.generator().ok_or_else(|| {
+            ApiError::unavailable(
+                503,
+                format!("snowflake mode is not available: {}", s.pending_reason()),
+                1,
+            )
+        })
+    }
+}
+
+/// Segment mode: the allocator and whether its start-up (`init`) has succeeded.
+#[derive(Clone)]
+pub struct SegmentService {
+    allocator: SegmentAllocator,
+    ready: Arc<AtomicBool>,
+    reason: Arc<Mutex<String>>,
+}
+
+impl SegmentService {
+    /// A service whose allocator is initialised.
+    pub fn ready(allocator: SegmentAllocator) -> Self {
+        let s = Self::starting(allocator, "initialising");
+        s.mark_ready();
+        s
+    }
+
+    /// A service whose allocator is not initialised yet, for `reason`.
+    pub fn starting(allocator: SegmentAllocator, reason: impl Into<String>) -> Self {
+        SegmentService {
+            allocator,
+            ready: Arc::new(AtomicBool::new(false)),
+            reason: Arc::new(Mutex::new(reason.into())),
+        }
+    }
+
+    /// The allocator.
+    pub fn allocator(&self) -> &SegmentAllocator {
+        &self.allocator
+    }
+
+    /// Records that `init` succeeded.
+    pub fn mark_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Records why the allocator is not ready yet.
+    pub fn set_not_ready_reason(&self, reason: impl Into<String>) {
+        *self.reason.lock().unwrap_or_else(|p| p.into_inner()) = reason.into();
+    }
+
+    /// Whether `init` succeeded.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    fn not_ready_reason(&self) -> String {
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Readiness for `/readyz`: `Ok` or why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.is_ready() {
+            Ok(())
+        } else {
+            Err(self.not_ready_reason())
+        }
+    }
+}
+
+impl fmt::Debug for SegmentService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SegmentService")
+            .field("ready", &self.is_ready())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Snowflake mode: the generator once started, or why it is not started yet.
+#[derive(Clone, Default)]
+pub struct SnowflakeService {
+    generator: Arc<OnceLock<Snowflake>>,
+    pending: Arc<Mutex<String>>,
+}
+
+impl SnowflakeService {
+    /// A service with a started generator.
+    pub fn ready(generator: Snowflake) -> Self {
+        let s = Self::default();
+        s.set(generator);
+        s
+    }
+
+    /// A service whose generator could not be started yet, for `reason`.
+    pub fn pending(reason: impl Into<String>) -> Self {
+        let s = Self::default();
+        s.set_pending_reason(reason);
+        s
+    }
+
+    /// Installs the started generator (once; later calls are ignored).
+    pub fn set(&self, generator: Snowflake) {
+        let _ = self.generator.set(generator);
+    }
+
+    /// Records why the generator is not started.
+    pub fn set_pending_reason(&self, reason: impl Into<String>) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = reason.into();
+    }
+
+    /// The generator, once started.
+    pub fn generator(&self) -> Option<&Snowflake> {
+        self.generator.get()
+    }
+
+    fn pending_reason(&self) -> String {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Readiness for `/readyz`: `Ok`, or why not and a `Retry-After` in seconds.
+    pub fn readiness(&self) -> Result<(), (String, u64)> {
+        let Some(g) = self.generator() else {
+            return Err((format!("not started: {}", self.pending_reason()), 1));
+        };
+        let status = g.status();
+        // The generator's own "now", recovered from one consistent snapshot: after a
+        // clock-backwards error the node stays out of rotation until the clock catches up.
+        let now_ms = i128::from(status.durable_mark_ms) - i128::from(status.mark_lag_ms);
+        let behind_ms = status
+            .last_timestamp_ms
+            .map_or(0, |last| (i128::from(last) - now_ms).max(0) as u64);
+        match status.state {
+            SnowflakeState::Ready
+                if status.lease_valid
+                    && u128::from(behind_ms) > g.config().max_backwards.as_millis() =>
+            {
+                Err((
+                    format!("the clock is {behind_ms} ms behind the last issued timestamp"),
+                    behind_ms.div_ceil(1000),
+                ))
+            }
+            SnowflakeState::Ready if status.lease_valid => Ok(()),
+            SnowflakeState::Ready => Err(("the worker id lease is not valid".into(), 1)),
+            SnowflakeState::WaitingForClock { behind_ms } => Err((
+                format!(
+                    "waiting for the clock to pass the previous time mark ({behind_ms} ms behind)"
+                ),
+                behind_ms.div_ceil(1000),
+            )),
+            SnowflakeState::Unavailable { reason } => Err((reason, 1)),
+            SnowflakeState::LeaseLost => Err(("the worker id lease was lost".into(), 1)),
+            SnowflakeState::Closed => Err(("shutting down".into(), 1)),
+        }
+    }
+}
+
+impl fmt::Debug for SnowflakeService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SnowflakeService")
+            .field("generator", &self.generator.get())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Feeds the allocator's load reports into the metrics.
+#[derive(Debug)]
+pub struct LoadMetrics(pub Arc<Metrics>);
+
+impl LoadObserver for LoadMetrics {
+    fn on_load(&self, _tag: &Tag, _ok: bool, took: Duration) {
+        // Per-tag counts come from the allocator's snapshot at scrape time.
+        self.0.segment_load(took);
+    }
+}

@@ -1,0 +1,887 @@
+//! Every route of `app(state)`, driven with `tower::ServiceExt::oneshot` and no socket. The peer
+//! address for the admin rule is injected as `ConnectInfo` in the request's extensions.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use leaf_core::{
+    AcquireRequest, Clock, Lease, ManualClock, NodeIdentity, RegistryCapabilities, Renewal,
+    Result as CoreResult, SegmentStore, SnowflakeLayout, SystemClock, WorkerIdRegistry,
+};
+use leaf_segment::{SegmentAllocator, SegmentConfig};
+use leaf_server::config::Config;
+use leaf_server::metrics::Metrics;
+use leaf_server::{AppState, SegmentService, SnowflakeService, app};
+use leaf_snowflake::{Snowflake, SnowflakeConfig};
+use leaf_testkit::MemoryStore;
+use serde_json::Value;
+use tower::ServiceExt;
+
+const WORKER: u64 = 5;
+
+/// A registry that hands out worker id 5 with a chosen previous mark, and can lose the lease.
+#[derive(Debug, Default)]
+struct FakeRegistry {
+    prev_mark_ms: Option<u64>,
+    lost: AtomicBool,
+}
+
+#[async_trait]
+impl WorkerIdRegistry for FakeRegistry {
+    fn mode(&self) -> &'static str {
+        "local"
+    }
+    fn capabilities(&self) -> RegistryCapabilities {
+        RegistryCapabilities::new(false, false)
+    }
+    async fn acquire(&self, _req: &AcquireRequest) -> CoreResult<Lease> {
+        Ok(Lease {
+            worker_id: WORKER,
+            prev_mark_ms: self.prev_mark_ms,
+            ttl: None,
+        })
+    }
+    async fn renew(&self, _lease: &Lease, _mark_ms: u64) -> CoreResult<Renewal> {
+        Ok(if self.lost.load(Ordering::SeqCst) {
+            Renewal::LeaseLost
+        } else {
+            Renewal::Ok
+        })
+    }
+    async fn release(&self, _lease: &Lease, _final_mark_ms: u64) -> CoreResult<()> {
+        Ok(())
+    }
+}
+
+struct Fixture {
+    app: Router,
+    store: Arc<MemoryStore>,
+    registry: Arc<FakeRegistry>,
+    generator: Option<Snowflake>,
+}
+
+struct Setup {
+    config: Config,
+    segment: bool,
+    snowflake: bool,
+    prev_mark_ms: Option<u64>,
+    clock: Option<ManualClock>,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        let mut config = Config::default();
+        config.server.max_batch = 50;
+        config.server.max_body_bytes = 1024;
+        Setup {
+            config,
+            segment: true,
+            snowflake: true,
+            prev_mark_ms: None,
+            clock: None,
+        }
+    }
+}
+
+impl Setup {
+    async fn build(self) -> Fixture {
+        let store = Arc::new(MemoryStore::with_tags([
+            ("t", 10),
+            ("leaf-segment-test", 2000),
+        ]));
+        let metrics = Arc::new(Metrics::new());
+        let segment = if self.segment {
+            let allocator = SegmentAllocator::new(
+                store.clone(),
+                Arc::new(SystemClock::new()),
+                SegmentConfig::default(),
+            );
+            allocator.init().await.unwrap();
+            Some(SegmentService::ready(allocator))
+        } else {
+            None
+        };
+        let registry = Arc::new(FakeRegistry {
+            prev_mark_ms: self.prev_mark_ms,
+            ..FakeRegistry::default()
+        });
+        let (snowflake, generator) = if self.snowflake {
+            let clock: Arc<dyn Clock> = match self.clock {
+                Some(c) => Arc::new(c),
+                None => Arc::new(SystemClock::new()),
+            };
+            let g = Snowflake::start(
+                registry.clone(),
+                NodeIdentity::new("10.0.0.1", 8080),
+                clock,
+                SnowflakeConfig::default(),
+            )
+            .await
+            .unwrap();
+            (Some(SnowflakeService::ready(g.clone())), Some(g))
+        } else {
+            (None, None)
+        };
+        let state = AppState::new(
+            &self.config,
+            SnowflakeLayout::default(),
+            segment,
+            snowflake,
+            metrics,
+        );
+        Fixture {
+            app: app(state),
+            store,
+            registry,
+            generator,
+        }
+    }
+}
+
+async fn fixture() -> Fixture {
+    Setup::default().build().await
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Reply {
+    fn text(&self) -> String {
+        String::from_utf8(self.body.to_vec()).unwrap()
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.text()))
+    }
+    /// Checks the status and that the body is `{"code": <int>, "message": <str>}` with `code`.
+    fn error(&self, status: u16, code: i64) -> String {
+        assert_eq!(self.status.as_u16(), status, "{}", self.text());
+        assert_eq!(
+            self.headers[header::CONTENT_TYPE],
+            "application/json",
+            "{}",
+            self.text()
+        );
+        let v = self.json();
+        assert_eq!(v["code"].as_i64(), Some(code), "{v}");
+        let message = v["message"].as_str().expect("message is a string");
+        assert!(!message.is_empty());
+        if status == 503 {
+            let after: u64 = self.headers[header::RETRY_AFTER]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(after >= 1);
+        }
+        message.to_string()
+    }
+}
+
+async fn send(
+    app: &Router,
+    method: Method,
+    uri: &str,
+    peer: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Reply {
+    let mut req = Request::builder().method(method).uri(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut req = req
+        .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+        .unwrap();
+    if let Some(p) = peer {
+        req.extensions_mut()
+            .insert(ConnectInfo(p.parse::<SocketAddr>().unwrap()));
+    }
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+const LOCAL: Option<&str> = Some("127.0.0.1:40000");
+const REMOTE: Option<&str> = Some("192.0.2.7:40000");
+
+async fn get(app: &Router, uri: &str) -> Reply {
+    send(app, Method::GET, uri, LOCAL, &[], None).await
+}
+
+fn plain_id(r: &Reply) -> i64 {
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert!(
+        r.headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain"),
+        "{:?}",
+        r.headers
+    );
+    r.text().parse().expect("a decimal id")
+}
+
+#[tokio::test]
+async fn leaf_segment_route_answers_get_and_post_in_plain_text() {
+    let f = fixture().await;
+    let a = plain_id(&get(&f.app, "/api/segment/get/t").await);
+    let b = plain_id(&send(&f.app, Method::POST, "/api/segment/get/t", None, &[], None).await);
+    let c = plain_id(&get(&f.app, "/api/segment/get/leaf-segment-test").await);
+    assert_eq!(a, 1, "the first segment of a fresh tag starts at max_id 1");
+    assert_eq!(b, 2);
+    assert_eq!(c, 1, "tags count separately");
+    // Past the step of 10: the segment switch is invisible to the client.
+    let mut last = b;
+    for _ in 0..25 {
+        let id = plain_id(&get(&f.app, "/api/segment/get/t").await);
+        assert!(id > last);
+        last = id;
+    }
+}
+
+#[tokio::test]
+async fn leaf_snowflake_route_ignores_the_key() {
+    let f = fixture().await;
+    let layout = SnowflakeLayout::default();
+    let mut seen = Vec::new();
+    for (method, uri) in [
+        (Method::GET, "/api/snowflake/get/anything"),
+        (Method::POST, "/api/snowflake/get/x"),
+        (Method::GET, "/api/snowflake/get/a/b"),
+        (Method::GET, "/api/snowflake/get/"),
+        (Method::GET, "/api/snowflake/get"),
+    ] {
+        let id = plain_id(&send(&f.app, method, uri, None, &[], None).await);
+        assert_eq!(layout.decode(id).unwrap().worker_id, WORKER);
+        seen.push(id);
+    }
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+}
+
+#[tokio::test]
+async fn unknown_tag_is_404_with_leafs_code() {
+    let f = fixture().await;
+    let m = get(&f.app, "/api/segment/get/nope").await.error(404, -2);
+    assert!(m.contains("nope"), "{m}");
+    get(&f.app, "/v1/segment/nope").await.error(404, -2);
+    send(
+        &f.app,
+        Method::POST,
+        "/api/segment/get/nope",
+        None,
+        &[],
+        None,
+    )
+    .await
+    .error(404, -2);
+}
+
+#[tokio::test]
+async fn malformed_tags_are_400() {
+    let f = fixture().await;
+    let long = "x".repeat(300);
+    for tag in [
+        "".to_string(),
+        long.clone(),
+        "a/b".into(),
+        "a%2Fb".into(),
+        "a%0Ab".into(),
+        "a%00b".into(),
+        "a%7Fb".into(),
+        "%FF%FE".into(),
+    ] {
+        for base in ["/api/segment/get/", "/v1/segment/"] {
+            let uri = format!("{base}{tag}");
+            get(&f.app, &uri).await.error(400, 400);
+        }
+        let uri = format!("/api/segment/get/{tag}");
+        send(&f.app, Method::POST, &uri, None, &[], None)
+            .await
+            .error(400, 400);
+    }
+    get(&f.app, "/api/segment/get").await.error(400, 400);
+    get(&f.app, "/v1/segment").await.error(400, 400);
+    let m = get(&f.app, &format!("/v1/segment/{long}"))
+        .await
+        .error(400, 400);
+    assert!(m.contains("300"), "{m}");
+}
+
+#[tokio::test]
+async fn v1_segment_batches() {
+    let f = fixture().await;
+    let r = get(&f.app, "/v1/segment/t?count=25").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["tag"], "t");
+    let ids: Vec<i64> = v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=25).collect::<Vec<_>>(),
+        "ascending across segments of 10"
+    );
+    let r = get(&f.app, "/v1/segment/t").await;
+    assert_eq!(
+        r.json()["ids"],
+        serde_json::json!([26]),
+        "count defaults to 1"
+    );
+    let r = get(&f.app, "/v1/segment/t?count=2&as=string").await;
+    assert_eq!(r.json()["ids"], serde_json::json!(["27", "28"]));
+    let r = get(&f.app, "/v1/segment/t?count=50").await;
+    assert_eq!(
+        r.json()["ids"].as_array().unwrap().len(),
+        50,
+        "the maximum is allowed"
+    );
+}
+
+#[tokio::test]
+async fn bad_counts_are_400() {
+    let f = fixture().await;
+    for q in [
+        "count=0",
+        "count=51",
+        "count=abc",
+        "count=-1",
+        "count=1.5",
+        "count=",
+        "count=99999999999999999999999",
+        "count=1&count=2",
+        "as=hex",
+    ] {
+        let m = get(&f.app, &format!("/v1/segment/t?{q}"))
+            .await
+            .error(400, 400);
+        if q.starts_with("count=") && !q.contains('&') {
+            assert!(m.contains("50"), "{q}: the message names the maximum: {m}");
+        }
+        get(&f.app, &format!("/v1/snowflake?{q}"))
+            .await
+            .error(400, 400);
+    }
+}
+
+#[tokio::test]
+async fn v1_snowflake_batches() {
+    let f = fixture().await;
+    let r = get(&f.app, "/v1/snowflake?count=20").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ids: Vec<i64> = r.json()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 20);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    let r = get(&f.app, "/v1/snowflake?as=string").await;
+    let s = r.json()["ids"][0].as_str().unwrap().to_string();
+    assert!(s.parse::<i64>().unwrap() > ids[19]);
+}
+
+#[tokio::test]
+async fn decode_routes() {
+    let f = fixture().await;
+    let layout = SnowflakeLayout::default();
+    let id = layout.encode(1_700_000_000_123, 7, 42).unwrap();
+    let r = get(&f.app, &format!("/decodeSnowflakeId?snowflakeId={id}")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["timestamp"], "1700000000123(2023-11-14 22:13:20.123)");
+    assert_eq!(v["workerId"], "7");
+    assert_eq!(v["sequenceId"], "42");
+
+    let r = get(&f.app, &format!("/v1/snowflake/{id}/decode")).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["id"], id);
+    assert_eq!(v["timestamp_ms"], 1_700_000_000_123u64);
+    assert_eq!(v["time"], "2023-11-14T22:13:20.123Z");
+    assert_eq!(v["worker_id"], 7);
+    assert_eq!(v["sequence"], 42);
+
+    for q in [
+        "snowflakeId=abc",
+        "snowflakeId=",
+        "snowflakeId=-5",
+        "other=1",
+        "snowflakeId=1e5",
+    ] {
+        get(&f.app, &format!("/decodeSnowflakeId?{q}"))
+            .await
+            .error(400, 400);
+    }
+    for raw in ["abc", "-1", "99999999999999999999"] {
+        get(&f.app, &format!("/v1/snowflake/{raw}/decode"))
+            .await
+            .error(400, 400);
+    }
+}
+
+#[tokio::test]
+async fn disabled_modes_answer_404_saying_so() {
+    let f = Setup {
+        segment: false,
+        snowflake: false,
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    for uri in [
+        "/api/segment/get/t",
+        "/api/segment/get/",
+        "/v1/segment/t?count=2",
+        "/v1/tags",
+        "/cache",
+        "/db",
+    ] {
+        let m = get(&f.app, uri).await.error(404, 404);
+        assert!(m.contains("segment mode is disabled"), "{uri}: {m}");
+    }
+    for uri in ["/api/snowflake/get/x", "/v1/snowflake"] {
+        let m = get(&f.app, uri).await.error(404, 404);
+        assert!(m.contains("snowflake mode is disabled"), "{uri}: {m}");
+    }
+    let r = get(&f.app, "/readyz").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["segment"]["enabled"], false);
+    assert_eq!(r.json()["snowflake"]["enabled"], false);
+
+    // One mode off leaves the other serving.
+    let f = Setup {
+        segment: false,
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    plain_id(&get(&f.app, "/api/snowflake/get/x").await);
+    get(&f.app, "/api/segment/get/t").await.error(404, 404);
+}
+
+#[tokio::test]
+async fn admin_rule_without_a_token() {
+    let f = fixture().await;
+    for uri in ["/v1/tags", "/cache", "/db"] {
+        let r = send(&f.app, Method::GET, uri, LOCAL, &[], None).await;
+        assert_eq!(r.status, 200, "{uri}: {}", r.text());
+        let r = send(&f.app, Method::GET, uri, Some("[::1]:1"), &[], None).await;
+        assert_eq!(r.status, 200, "{uri} from ::1");
+        send(&f.app, Method::GET, uri, REMOTE, &[], None)
+            .await
+            .error(403, 403);
+        // A header cannot make a remote peer local.
+        send(
+            &f.app,
+            Method::GET,
+            uri,
+            REMOTE,
+            &[("x-forwarded-for", "127.0.0.1"), ("x-real-ip", "127.0.0.1")],
+            None,
+        )
+        .await
+        .error(403, 403);
+        send(&f.app, Method::GET, uri, None, &[], None)
+            .await
+            .error(403, 403);
+    }
+    send(
+        &f.app,
+        Method::POST,
+        "/v1/tags",
+        REMOTE,
+        &[],
+        Some(r#"{"tag":"x"}"#),
+    )
+    .await
+    .error(403, 403);
+    let x = leaf_core::Tag::new("x").unwrap();
+    assert!(
+        f.store.get(&x).await.unwrap().is_none(),
+        "a refused request changes nothing"
+    );
+}
+
+#[tokio::test]
+async fn admin_rule_with_a_token() {
+    let mut s = Setup::default();
+    s.config.server.admin_token = "s3cret".into();
+    let f = s.build().await;
+    for uri in ["/v1/tags", "/cache", "/db"] {
+        for peer in [LOCAL, REMOTE] {
+            let r = send(&f.app, Method::GET, uri, peer, &[], None).await;
+            r.error(401, 401);
+            assert_eq!(r.headers[header::WWW_AUTHENTICATE], "Bearer");
+            send(
+                &f.app,
+                Method::GET,
+                uri,
+                peer,
+                &[("authorization", "Bearer wrong")],
+                None,
+            )
+            .await
+            .error(401, 401);
+            let r = send(
+                &f.app,
+                Method::GET,
+                uri,
+                peer,
+                &[("authorization", "Bearer s3cret")],
+                None,
+            )
+            .await;
+            assert_eq!(r.status, 200, "{uri} {peer:?}: {}", r.text());
+        }
+    }
+}
+
+#[tokio::test]
+async fn tags_admin_create_patch_list() {
+    let f = fixture().await;
+    // Asked for before it exists: unknown, and remembered as such for a moment.
+    get(&f.app, "/api/segment/get/new").await.error(404, -2);
+    let r = send(
+        &f.app,
+        Method::POST,
+        "/v1/tags",
+        LOCAL,
+        &[],
+        Some(r#"{"tag":"new","max_id":100,"step":5,"description":"d"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        (v["tag"].as_str(), v["max_id"].as_i64(), v["step"].as_i64()),
+        (Some("new"), Some(100), Some(5))
+    );
+    // Creating the tag clears the remembered miss: it serves at once.
+    assert_eq!(plain_id(&get(&f.app, "/api/segment/get/new").await), 100);
+
+    send(
+        &f.app,
+        Method::POST,
+        "/v1/tags",
+        LOCAL,
+        &[],
+        Some(r#"{"tag":"new"}"#),
+    )
+    .await
+    .error(409, 409);
+    for bad in [
+        "not json",
+        r#"{"tag":"a/b"}"#,
+        r#"{"tag":""}"#,
+        r#"{"tag":"z","step":0}"#,
+        r#"{"tag":"z","max_id":-1}"#,
+        r#"{"tag":"z","stepp":3}"#,
+        r#"{"step":3}"#,
+        "",
+    ] {
+        send(&f.app, Method::POST, "/v1/tags", LOCAL, &[], Some(bad))
+            .await
+            .error(400, 400);
+    }
+    let big = format!(r#"{{"tag":"z","description":"{}"}}"#, "d".repeat(2000));
+    send(&f.app, Method::POST, "/v1/tags", LOCAL, &[], Some(&big))
+        .await
+        .error(413, 413);
+
+    let r = send(
+        &f.app,
+        Method::PATCH,
+        "/v1/tags/new",
+        LOCAL,
+        &[],
+        Some(r#"{"step":7}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["step"], 7);
+    send(
+        &f.app,
+        Method::PATCH,
+        "/v1/tags/ghost",
+        LOCAL,
+        &[],
+        Some(r#"{"step":7}"#),
+    )
+    .await
+    .error(404, 404);
+    send(
+        &f.app,
+        Method::PATCH,
+        "/v1/tags/a/b",
+        LOCAL,
+        &[],
+        Some(r#"{"step":7}"#),
+    )
+    .await
+    .error(400, 400);
+    send(
+        &f.app,
+        Method::PATCH,
+        "/v1/tags/new",
+        LOCAL,
+        &[],
+        Some(r#"{"step":-7}"#),
+    )
+    .await
+    .error(400, 400);
+
+    let r = get(&f.app, "/v1/tags").await;
+    assert_eq!(r.status, 200);
+    let tags = r.json()["tags"].as_array().unwrap().clone();
+    let names: Vec<&str> = tags.iter().map(|t| t["tag"].as_str().unwrap()).collect();
+    assert_eq!(names, ["leaf-segment-test", "new", "t"]);
+    let new = &tags[1];
+    assert_eq!(new["step"], 7);
+    assert_eq!(new["description"], "d");
+    assert_eq!(new["cache"]["initialized"], true, "{new}");
+}
+
+#[tokio::test]
+async fn monitor_pages_are_escaped_html() {
+    let f = fixture().await;
+    send(
+        &f.app,
+        Method::POST,
+        "/v1/tags",
+        LOCAL,
+        &[],
+        Some(r#"{"tag":"<b>x<b>","description":"<script>alert(1)<script>"}"#),
+    )
+    .await;
+    plain_id(&get(&f.app, "/api/segment/get/%3Cb%3Ex%3Cb%3E").await);
+    for uri in ["/cache", "/db"] {
+        let r = get(&f.app, uri).await;
+        assert_eq!(r.status, 200);
+        assert!(
+            r.headers[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html")
+        );
+        let html = r.text();
+        assert!(html.contains("&lt;b&gt;x&lt;b&gt;"), "{uri}: {html}");
+        assert!(
+            !html.contains("<b>x") && !html.contains("<script>"),
+            "{uri}: {html}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn segment_store_down_is_503_with_retry_after() {
+    let f = fixture().await;
+    f.store.fail(true);
+    let m = get(&f.app, "/api/segment/get/t").await.error(503, -3);
+    assert!(
+        !m.contains("injected"),
+        "backend details stay in the log: {m}"
+    );
+    get(&f.app, "/v1/segment/t").await.error(503, -3);
+    f.store.fail(false);
+    plain_id(&get(&f.app, "/api/segment/get/t").await);
+}
+
+#[tokio::test]
+async fn segment_not_started_is_503() {
+    let store = Arc::new(MemoryStore::with_tags([("t", 10)]));
+    let allocator = SegmentAllocator::new(
+        store,
+        Arc::new(SystemClock::new()),
+        SegmentConfig::default(),
+    );
+    let service = SegmentService::starting(allocator, "the store is down");
+    let state = AppState::new(
+        &Config::default(),
+        SnowflakeLayout::default(),
+        Some(service.clone()),
+        None,
+        Arc::new(Metrics::new()),
+    );
+    let app = app(state);
+    let m = get(&app, "/api/segment/get/t").await.error(503, -3);
+    assert!(m.contains("the store is down"), "{m}");
+    let r = get(&app, "/readyz").await;
+    r.error(503, 503);
+    assert_eq!(r.json()["segment"]["ready"], false);
+    service.allocator().init().await.unwrap();
+    service.mark_ready();
+    assert_eq!(plain_id(&get(&app, "/api/segment/get/t").await), 1);
+    assert_eq!(get(&app, "/readyz").await.status, 200);
+}
+
+#[tokio::test]
+async fn snowflake_too_far_behind_its_mark_is_503_and_not_ready() {
+    let now = SystemClock::new().now_ms();
+    let f = Setup {
+        prev_mark_ms: Some(now + 3_600_000),
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    get(&f.app, "/api/snowflake/get/x").await.error(503, 503);
+    get(&f.app, "/v1/snowflake?count=2").await.error(503, 503);
+    let r = get(&f.app, "/readyz").await;
+    let m = r.error(503, 503);
+    assert!(m.contains("snowflake"), "{m}");
+    assert_eq!(r.json()["snowflake"]["ready"], false);
+    assert_eq!(r.json()["segment"]["ready"], true);
+    // Segment mode serves meanwhile.
+    plain_id(&get(&f.app, "/api/segment/get/t").await);
+}
+
+#[tokio::test]
+async fn snowflake_not_started_is_503() {
+    let service = SnowflakeService::pending("the registry is down");
+    let state = AppState::new(
+        &Config::default(),
+        SnowflakeLayout::default(),
+        None,
+        Some(service),
+        Arc::new(Metrics::new()),
+    );
+    let app = app(state);
+    let m = get(&app, "/api/snowflake/get/x").await.error(503, 503);
+    assert!(m.contains("the registry is down"), "{m}");
+    get(&app, "/readyz").await.error(503, 503);
+}
+
+#[tokio::test]
+async fn lease_lost_is_503_with_code_minus_4() {
+    let f = fixture().await;
+    plain_id(&get(&f.app, "/api/snowflake/get/x").await);
+    f.registry.lost.store(true, Ordering::SeqCst);
+    let g = f.generator.as_ref().unwrap();
+    assert_eq!(g.renew_once().await.unwrap(), Renewal::LeaseLost);
+    get(&f.app, "/api/snowflake/get/x").await.error(503, -4);
+    get(&f.app, "/readyz").await.error(503, 503);
+}
+
+#[tokio::test]
+async fn clock_moved_back_is_503_with_code_minus_3_until_it_catches_up() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let f = Setup {
+        clock: Some(clock.clone()),
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    plain_id(&get(&f.app, "/api/snowflake/get/x").await);
+    assert_eq!(get(&f.app, "/readyz").await.status, 200);
+    clock.back(1500);
+    let r = get(&f.app, "/api/snowflake/get/x").await;
+    let m = r.error(503, -3);
+    assert!(m.contains("1500"), "{m}");
+    assert_eq!(r.headers[header::RETRY_AFTER], "2");
+    let r = get(&f.app, "/readyz").await;
+    r.error(503, 503);
+    assert_eq!(r.headers[header::RETRY_AFTER], "2");
+    clock.advance(std::time::Duration::from_millis(1501));
+    assert_eq!(get(&f.app, "/readyz").await.status, 200);
+    plain_id(&get(&f.app, "/api/snowflake/get/x").await);
+}
+
+#[tokio::test]
+async fn health_ready_and_metrics() {
+    let f = fixture().await;
+    let r = get(&f.app, "/healthz").await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()["status"].as_str()),
+        (200, Some("ok"))
+    );
+    let r = get(&f.app, "/readyz").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["ready"], true);
+    get(&f.app, "/api/segment/get/t").await;
+    get(&f.app, "/v1/segment/t?count=4").await;
+    get(&f.app, "/api/snowflake/get/x").await;
+    get(&f.app, "/api/segment/get/nope").await;
+    let r = get(&f.app, "/metrics").await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let text = r.text();
+    let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    has("leaf_ids_issued_total{mode=\"segment\",tag=\"t\"} 5");
+    has("leaf_ids_issued_total{mode=\"snowflake\",tag=\"\"} 1");
+    has("leaf_requests_total{route=\"/api/segment/get/{*key}\",status=\"200\"} 1");
+    has("leaf_requests_total{route=\"/api/segment/get/{*key}\",status=\"404\"} 1");
+    has("leaf_requests_total{route=\"/v1/segment/{*tag}\",status=\"200\"} 1");
+    has("leaf_worker_lease_valid 1");
+    has("leaf_snowflake_clock_backwards_total 0");
+    for name in [
+        "leaf_request_duration_seconds_bucket{route=\"/api/segment/get/{*key}\",le=\"+Inf\"} 2",
+        "# TYPE leaf_segment_remaining gauge",
+        "# TYPE leaf_segment_loads_total counter",
+        "# TYPE leaf_segment_load_duration_seconds histogram",
+        "# TYPE leaf_snowflake_mark_lag_seconds gauge",
+    ] {
+        has(name);
+    }
+    assert!(
+        text.contains("leaf_segment_remaining{tag=\"t\"} "),
+        "{text}"
+    );
+    assert!(
+        text.contains("leaf_segment_loads_total{tag=\"t\",result=\"ok\"} "),
+        "{text}"
+    );
+    assert!(text.contains("leaf_snowflake_mark_lag_seconds "), "{text}");
+    assert!(
+        !text.contains("nope"),
+        "an unknown tag never becomes a label"
+    );
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_are_json_errors() {
+    let f = fixture().await;
+    get(&f.app, "/nowhere").await.error(404, 404);
+    get(&f.app, "/api/segment").await.error(404, 404);
+    send(&f.app, Method::DELETE, "/v1/tags/t", LOCAL, &[], None)
+        .await
+        .error(405, 405);
+    send(
+        &f.app,
+        Method::DELETE,
+        "/api/segment/get/t",
+        LOCAL,
+        &[],
+        None,
+    )
+    .await
+    .error(405, 405);
+    send(&f.app, Method::POST, "/v1/snowflake", LOCAL, &[], None)
+        .await
+        .error(405, 405);
+}

@@ -1,0 +1,504 @@
+//! Black-box tests of the built binary: started with no configuration in a temporary working
+//! directory, spoken to over real HTTP on loopback, stopped with SIGTERM and SIGKILL.
+
+#![cfg(all(feature = "local", feature = "sqlite"))]
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_leaf-server");
+const TAG: &str = "leaf-segment-test";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The binary with a clean environment: no `LEAF_` variable of the caller leaks in.
+fn command(dir: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.current_dir(dir);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy()
+            .to_ascii_uppercase()
+            .starts_with("LEAF_")
+        {
+            c.env_remove(k);
+        }
+    }
+    c.env("LEAF_LOG__LEVEL", "info");
+    c
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, n: u32) -> Server {
+        Self::start_with(dir, n, &[])
+    }
+
+    fn start_with(dir: &Path, n: u32, env: &[(&str, &str)]) -> Server {
+        let port = free_port();
+        let log = dir.join(format!("server-{n}.log"));
+        let child = command(dir)
+            .env("LEAF_SERVER__LISTEN", format!("127.0.0.1:{port}"))
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the binary starts");
+        let mut s = Server { child, port, log };
+        s.wait_healthy();
+        s
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "the server exited ({status}) before serving:\n{}",
+                    self.log_text()
+                );
+            }
+            if let Ok(r) = try_http(self.port, "GET", "/healthz")
+                && r.status == 200
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not serve within 30 s:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn get(&self, path: &str) -> Reply {
+        try_http(self.port, "GET", path)
+            .unwrap_or_else(|e| panic!("GET {path}: {e}\n{}", self.log_text()))
+    }
+
+    fn post(&self, path: &str) -> Reply {
+        try_http(self.port, "POST", path)
+            .unwrap_or_else(|e| panic!("POST {path}: {e}\n{}", self.log_text()))
+    }
+
+    fn sigterm(mut self) -> ExitStatus {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -TERM");
+        wait_exit(&mut self.child, Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("no exit after SIGTERM:\n{}", self.log_text()))
+    }
+
+    fn sigkill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Takes IDs of both modes through every ID route.
+    fn take_ids(&self, segment: &mut Vec<i64>, snowflake: &mut Vec<i64>) {
+        for _ in 0..20 {
+            segment.push(self.get(&format!("/api/segment/get/{TAG}")).id());
+            segment.push(self.post(&format!("/api/segment/get/{TAG}")).id());
+            snowflake.push(self.get("/api/snowflake/get/any").id());
+            snowflake.push(self.post("/api/snowflake/get/any").id());
+        }
+        // Enough to span segments of Leaf's step 2000.
+        for _ in 0..3 {
+            segment.extend(self.get(&format!("/v1/segment/{TAG}?count=1500")).ids());
+            snowflake.extend(self.get("/v1/snowflake?count=5000").ids());
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn id(&self) -> i64 {
+        assert_eq!(self.status, 200, "{}", self.body);
+        assert!(
+            self.header("content-type")
+                .unwrap()
+                .starts_with("text/plain"),
+            "{:?}",
+            self.headers
+        );
+        self.body.parse().expect("a decimal id")
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    fn ids(&self) -> Vec<i64> {
+        assert_eq!(self.status, 200, "{}", self.body);
+        self.json()["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect()
+    }
+}
+
+/// A minimal HTTP/1.1 client: one request per connection.
+fn try_http(port: u16, method: &str, path: &str) -> std::io::Result<Reply> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other(format!("no header end in {text:?}")))?;
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line in {text:?}")))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Ok(Reply {
+        status,
+        headers,
+        body: body.to_string(),
+    })
+}
+
+fn assert_unique(what: &str, ids: &[i64]) {
+    let mut seen = HashSet::with_capacity(ids.len());
+    for id in ids {
+        assert!(seen.insert(*id), "{what}: id {id} was issued twice");
+    }
+}
+
+#[test]
+fn default_config_serves_both_modes_and_restarts_without_repeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut segment, mut snowflake) = (Vec::new(), Vec::new());
+
+    // First run: the embedded default, from nothing.
+    let s = Server::start(dir.path(), 1);
+    let ready = s.get("/readyz");
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    s.take_ids(&mut segment, &mut snowflake);
+    assert!(dir.path().join("leaf-data/leaf.db").exists());
+    // The admin pages answer a real loopback peer.
+    let cache = s.get("/cache");
+    assert_eq!(cache.status, 200, "{}", cache.body);
+    assert!(cache.body.contains(TAG));
+    assert_eq!(s.get("/v1/tags").json()["tags"][0]["tag"], TAG);
+    let metrics = s.get("/metrics");
+    assert!(
+        metrics
+            .body
+            .contains("leaf_ids_issued_total{mode=\"segment\",tag=\"leaf-segment-test\"}")
+    );
+    let e = s.get("/api/segment/get/unknown-tag");
+    assert_eq!((e.status, e.json()["code"].as_i64()), (404, Some(-2)));
+
+    // A second process on the same cache directory refuses to start.
+    let second = command(dir.path())
+        .env("LEAF_SERVER__LISTEN", format!("127.0.0.1:{}", free_port()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = second.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use by another process"), "{err}");
+
+    let status = s.sigterm();
+    assert!(status.success(), "graceful shutdown exits 0: {status}");
+    let warm = std::fs::read_to_string(dir.path().join("leaf-data/leaf.segment-tags")).unwrap();
+    assert_eq!(
+        warm.trim(),
+        TAG,
+        "the used tag is remembered for a warm restart"
+    );
+
+    // After SIGTERM: the final mark is the last issued timestamp, so snowflake is ready at once.
+    let s = Server::start(dir.path(), 2);
+    let ready = s.get("/readyz");
+    assert_eq!(
+        ready.status, 200,
+        "no wait after a graceful stop: {}",
+        ready.body
+    );
+    assert_eq!(ready.json()["snowflake"]["ready"], true);
+    assert!(
+        s.log_text()
+            .contains("warming the tags used before the restart")
+    );
+    let before = (segment.len(), snowflake.len());
+    s.take_ids(&mut segment, &mut snowflake);
+    assert!(
+        segment[before.0..].iter().min() > segment[..before.0].iter().max(),
+        "segment IDs keep increasing across a restart"
+    );
+    assert_unique("segment after SIGTERM", &segment);
+    assert_unique("snowflake after SIGTERM", &snowflake);
+
+    // SIGKILL: no final mark, no warm list; an immediate restart must still not repeat.
+    s.sigkill();
+    let s = Server::start(dir.path(), 3);
+    s.take_ids(&mut segment, &mut snowflake);
+    assert_unique("segment after SIGKILL", &segment);
+    assert_unique("snowflake after SIGKILL", &snowflake);
+    assert!(s.sigterm().success());
+}
+
+fn run_expecting_failure(dir: &Path, extra: &[(&str, &str)], args: &[&str]) -> String {
+    let mut c = command(dir);
+    c.env("LEAF_SERVER__LISTEN", format!("127.0.0.1:{}", free_port()));
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    let mut child = c
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = match wait_exit(&mut child, Duration::from_secs(20)) {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            panic!("the server started instead of failing");
+        }
+    };
+    assert!(!status.success(), "{status}");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
+#[test]
+fn a_typo_in_a_config_key_fails_start_up_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("leaf.toml"),
+        "[server]\nlisen = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let err = run_expecting_failure(dir.path(), &[], &[]);
+    assert!(err.contains("server.lisen"), "{err}");
+    assert!(
+        !dir.path().join("leaf-data").exists(),
+        "nothing was started"
+    );
+
+    std::fs::write(
+        dir.path().join("other.toml"),
+        "[snowflake.local]\nworkerid = 3\n",
+    )
+    .unwrap();
+    let err = run_expecting_failure(dir.path(), &[], &["--config", "other.toml"]);
+    assert!(err.contains("snowflake.local.workerid"), "{err}");
+}
+
+#[test]
+fn a_bad_config_value_fails_start_up_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("leaf.toml"),
+        "[server]\nmax_batch = \"x\"\n",
+    )
+    .unwrap();
+    let err = run_expecting_failure(dir.path(), &[], &[]);
+    assert!(err.contains("server.max_batch"), "{err}");
+    std::fs::remove_file(dir.path().join("leaf.toml")).unwrap();
+
+    let err = run_expecting_failure(dir.path(), &[("LEAF_SEGMENT__PRELOAD_THRESHOLD", "7")], &[]);
+    assert!(err.contains("segment.preload_threshold"), "{err}");
+
+    // A backend that is not compiled in names the cargo feature to enable.
+    let err = run_expecting_failure(dir.path(), &[("LEAF_SNOWFLAKE__MODE", "zk_recycle")], &[]);
+    assert!(err.contains("`zk-recycle`"), "{err}");
+}
+
+#[test]
+fn connection_limits_and_json_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_with(
+        dir.path(),
+        1,
+        &[
+            ("LEAF_SERVER__IDLE_TIMEOUT_S", "1"),
+            ("LEAF_SERVER__MAX_BODY_BYTES", "100"),
+            ("LEAF_LOG__FORMAT", "json"),
+            ("LEAF_NOT_A_KEY", "1"),
+        ],
+    );
+
+    // An idle connection is closed by the server.
+    let mut idle = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 64];
+    let n = idle.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+
+    // An oversized request head is refused, and so is an oversized body.
+    let mut big = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    big.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let pad = "x".repeat(40 * 1024);
+    let _ = write!(
+        big,
+        "GET /healthz HTTP/1.1\r\nHost: a\r\nX-Pad: {pad}\r\n\r\n"
+    );
+    let mut answer = Vec::new();
+    let _ = big.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer}"
+    );
+
+    let mut post = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    post.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let body = format!("{{\"tag\":\"t\",\"description\":\"{}\"}}", "d".repeat(500));
+    write!(
+        post,
+        "POST /v1/tags HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = post.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("\"code\":413"), "{answer}");
+
+    // A body that stops arriving is answered 408 once the timeout passes.
+    let mut slow = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        slow,
+        "POST /v1/tags HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 50\r\n\r\n{{\"tag\""
+    )
+    .unwrap();
+    let start = Instant::now();
+    let mut answer = String::new();
+    let _ = slow.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":408"), "{answer}");
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+
+    // Logs are JSON lines, and the unknown variable was warned about.
+    let log = s.log_text();
+    let first = log.lines().next().expect("a log line");
+    let v: serde_json::Value =
+        serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: {first}"));
+    assert!(v["level"].is_string(), "{v}");
+    assert!(log.contains("LEAF_NOT_A_KEY"), "{log}");
+    assert!(s.sigterm().success());
+}
+
+#[test]
+fn a_time_mark_far_ahead_keeps_snowflake_unavailable_while_segment_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    // The worker id's cache file says IDs were issued up to an hour from now (a clock that was
+    // set back by an hour since).
+    let ahead = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 3_600_000;
+    std::fs::create_dir_all(dir.path().join("leaf-data")).unwrap();
+    std::fs::write(
+        dir.path().join("leaf-data/worker-leaf.properties"),
+        format!("workerID=0\nmarkMs={ahead}\n"),
+    )
+    .unwrap();
+    let s = Server::start(dir.path(), 1);
+    let r = s.get("/api/snowflake/get/x");
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(r.json()["code"], 503);
+    let ready = s.get("/readyz");
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert_eq!(ready.json()["snowflake"]["ready"], false);
+    assert_eq!(ready.json()["segment"]["ready"], true);
+    assert_eq!(s.get(&format!("/api/segment/get/{TAG}")).id(), 1);
+    assert!(s.sigterm().success());
+}
