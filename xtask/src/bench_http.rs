@@ -1,6 +1,12 @@
 //! `cargo xtask bench-http`: the release `leaf-server` on its embedded default under `oha`, on
 //! this machine: single-ID throughput and latency with 32 connections, p99.9 at a fixed rate of
 //! half the maximum, `count=1000` batches, RSS idle and under load, and start-up to first ID.
+//!
+//! `cargo xtask bench-http --store mysql`: segment mode on SQLite and on MySQL, one after the
+//! other in one session, single IDs and `count=1000` batches each. The MySQL server is the one
+//! of `LEAFTEST_MYSQL_URL` (a URL naming an existing database), else a container of
+//! `LEAFTEST_MYSQL_IMAGE` (default `leaf-testbed/mariadb:local`, see `cargo xtask testbed`)
+//! started here on a loopback port and removed at the end.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -26,10 +32,35 @@ struct Load {
     non_200: u64,
 }
 
-pub(crate) fn run(root: &Path, seconds: u64) -> Result<()> {
+/// `bench-http [SECONDS] [--store sqlite|mysql]`.
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
+    let mut seconds = 10;
+    let mut store = "sqlite".to_string();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--store" => store = it.next().context("--store needs sqlite or mysql")?.clone(),
+            other => match other.strip_prefix("--store=") {
+                Some(s) => store = s.to_string(),
+                None => {
+                    seconds = other
+                        .parse()
+                        .with_context(|| format!("bench-http takes a number of seconds: {other:?}"))?;
+                }
+            },
+        }
+    }
     if Command::new("oha").arg("--version").output().is_err() {
         bail!("oha is not installed: cargo install oha --locked");
     }
+    match store.as_str() {
+        "sqlite" => run_default(root, seconds),
+        "mysql" => compare_stores(root, seconds),
+        other => bail!("--store {other:?}: sqlite (the default run) or mysql (SQLite beside MySQL)"),
+    }
+}
+
+fn run_default(root: &Path, seconds: u64) -> Result<()> {
     crate::cargo(
         root,
         "build leaf-server",
@@ -126,6 +157,215 @@ pub(crate) fn run(root: &Path, seconds: u64) -> Result<()> {
     Ok(())
 }
 
+/// Segment mode on each store in turn, same binary, same load: single IDs and batches.
+fn compare_stores(root: &Path, seconds: u64) -> Result<()> {
+    crate::cargo(
+        root,
+        "build leaf-server with mysql",
+        &[
+            "build",
+            "--release",
+            "-p",
+            "leaf-server",
+            "--features",
+            "mysql",
+        ],
+    )?;
+    let binary = crate::bench::target_dir(root).join("release/leaf-server");
+    let mysql = MysqlServer::provision()?;
+    eprintln!(
+        "xtask: == mysql at {} ({})",
+        redact(&mysql.url),
+        mysql.origin
+    );
+    let mut rows = Vec::new();
+    for (store, url) in [("sqlite", None), ("mysql", Some(mysql.url.as_str()))] {
+        let dir = std::env::temp_dir().join(format!("leaf-bench-http-{store}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let addr = free_addr()?;
+        let mut cmd = Command::new(&binary);
+        cmd.current_dir(&dir)
+            .env("LEAF_SERVER__LISTEN", addr.to_string())
+            .env("LEAF_LOG__LEVEL", "warn")
+            .env("LEAF_SNOWFLAKE__ENABLED", "false")
+            .stdout(Stdio::null());
+        if let Some(url) = url {
+            cmd.env("LEAF_SEGMENT__STORE", "mysql")
+                .env("LEAF_SEGMENT__URL", url);
+        }
+        let started = Instant::now();
+        let mut server = Server(
+            cmd.spawn()
+                .with_context(|| format!("cannot start {}", binary.display()))?,
+        );
+        let first_id = loop {
+            if get(addr, SEGMENT).is_ok_and(|(status, _)| status == 200) {
+                break started.elapsed();
+            }
+            if let Some(status) = server.0.try_wait()? {
+                bail!("leaf-server on {store} exited: {status}");
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("leaf-server on {store} gave no ID within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let url = |path: &str| format!("http://{addr}{path}");
+        let single = oha(&url(SEGMENT), seconds, None)?;
+        let batch = oha(&url(BATCH), seconds, None)?;
+        let loads = get(addr, "/metrics")
+            .ok()
+            .and_then(|(_, body)| segment_loads(&body));
+        server.stop();
+        std::fs::remove_dir_all(&dir).ok();
+        rows.push((store, single, batch, loads, first_id));
+    }
+    drop(mysql);
+
+    println!();
+    println!(
+        "| store | single ID req/s | p50 ms | p99 ms | p99.9 ms | count=1000 req/s | IDs/s | batch p99 ms | non-200 | segment loads | first ID ms |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (store, single, batch, loads, first_id) in &rows {
+        println!(
+            "| {store} | {:.0} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} | {:.3} | {} | {} | {} |",
+            single.rps,
+            single.p50_ms,
+            single.p99_ms,
+            single.p999_ms,
+            batch.rps,
+            batch.rps * 1000.0,
+            batch.p99_ms,
+            single.non_200 + batch.non_200,
+            loads.map_or_else(|| "-".to_string(), |n| n.to_string()),
+            first_id.as_millis(),
+        );
+    }
+    println!();
+    println!("- {CONNECTIONS} connections, {seconds} s per run, snowflake mode off");
+    println!("- segment loads: allocations from the store during the run (the dynamic step grows");
+    println!("  under load, so a store is asked less and less often)");
+    Ok(())
+}
+
+/// `leaf_segment_loads_total{tag="leaf-segment-test",result="ok"}` from the metrics page.
+fn segment_loads(metrics: &str) -> Option<u64> {
+    metrics.lines().find_map(|l| {
+        l.strip_prefix("leaf_segment_loads_total{tag=\"leaf-segment-test\",result=\"ok\"} ")
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map(|v| v as u64)
+    })
+}
+
+/// The URL with its password hidden, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
+            Some(c) => format!("{}***{}", &url[..s + 3 + c + 1], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+const BENCH_PASSWORD: &str = "leafbench";
+const BENCH_DATABASE: &str = "leaf";
+
+/// The MySQL server of the benchmark: named by `LEAFTEST_MYSQL_URL`, or a container of ours
+/// (removed when dropped).
+struct MysqlServer {
+    url: String,
+    origin: String,
+    container: Option<String>,
+}
+
+impl MysqlServer {
+    fn provision() -> Result<MysqlServer> {
+        if let Ok(url) = std::env::var("LEAFTEST_MYSQL_URL")
+            && !url.trim().is_empty()
+        {
+            let path = url
+                .split_once("://")
+                .and_then(|(_, rest)| rest.split_once('/'))
+                .map(|(_, p)| p.split('?').next().unwrap_or(""))
+                .unwrap_or("");
+            if path.is_empty() {
+                bail!(
+                    "LEAFTEST_MYSQL_URL must name an existing database for the benchmark \
+                     (mysql://user:pass@host:3306/leafbench)"
+                );
+            }
+            return Ok(MysqlServer {
+                url,
+                origin: "LEAFTEST_MYSQL_URL".into(),
+                container: None,
+            });
+        }
+        let image = std::env::var("LEAFTEST_MYSQL_IMAGE")
+            .ok()
+            .filter(|i| !i.trim().is_empty())
+            .unwrap_or_else(|| "leaf-testbed/mariadb:local".into());
+        let out = Command::new("docker")
+            .args(["run", "-d", "--rm", "-p", "127.0.0.1::3306", "-e"])
+            .arg(format!("MARIADB_ROOT_PASSWORD={BENCH_PASSWORD}"))
+            .args(["--label", "org.leaf-rs.bench=1"])
+            .arg(&image)
+            .output()
+            .context("cannot run docker (or set LEAFTEST_MYSQL_URL)")?;
+        if !out.status.success() {
+            bail!(
+                "docker run {image} failed: {}\n(build it with `cargo xtask testbed mysql`, or \
+                 set LEAFTEST_MYSQL_IMAGE or LEAFTEST_MYSQL_URL)",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        // From here on, dropping the value removes the container.
+        let mut server = MysqlServer {
+            url: String::new(),
+            origin: format!("container {} of {image}", &id[..id.len().min(12)]),
+            container: Some(id.clone()),
+        };
+        let out = Command::new("docker")
+            .args(["port", &id, "3306/tcp"])
+            .output()?;
+        let port = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.trim().rsplit_once(':').map(|(_, p)| p.to_string()))
+            .context("docker port gave no published port")?;
+        // The database is made with the image's own client, which also tells when the server
+        // accepts connections over TCP (the image's initialisation runs without networking).
+        let create = format!("CREATE DATABASE IF NOT EXISTS {BENCH_DATABASE}");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let ok = Command::new("docker")
+                .args(["exec", &id, "mariadb", "-h127.0.0.1", "-uroot"])
+                .arg(format!("-p{BENCH_PASSWORD}"))
+                .args(["-e", &create])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("mariadb in {} was not ready within 120 s", server.origin);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        server.url = format!("mysql://root:{BENCH_PASSWORD}@127.0.0.1:{port}/{BENCH_DATABASE}");
+        Ok(server)
+    }
+}
+
+impl Drop for MysqlServer {
+    fn drop(&mut self) {
+        if let Some(id) = self.container.take() {
+            let _ = Command::new("docker").args(["rm", "-f", "-v", &id]).output();
+        }
+    }
+}
+
 /// Kills the server if the run fails half-way.
 struct Server(Child);
 
@@ -175,9 +415,15 @@ fn oha(url: &str, seconds: u64, rate: Option<f64>) -> Result<Load> {
                 .sum()
         })
         .unwrap_or(0)
+        // The requests in flight when `-z` runs out are cut by oha itself, not failed.
         + v["errorDistribution"]
             .as_object()
-            .map(|m| m.values().filter_map(Value::as_u64).sum())
+            .map(|m| {
+                m.iter()
+                    .filter(|(what, _)| !what.contains("deadline"))
+                    .filter_map(|(_, n)| n.as_u64())
+                    .sum()
+            })
             .unwrap_or(0);
     Ok(Load {
         rps: v["summary"]["requestsPerSec"].as_f64().unwrap_or(0.0),
