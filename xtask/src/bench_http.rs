@@ -43,9 +43,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             other => match other.strip_prefix("--store=") {
                 Some(s) => store = s.to_string(),
                 None => {
-                    seconds = other
-                        .parse()
-                        .with_context(|| format!("bench-http takes a number of seconds: {other:?}"))?;
+                    seconds = other.parse().with_context(|| {
+                        format!("bench-http takes a number of seconds: {other:?}")
+                    })?;
                 }
             },
         }
@@ -56,7 +56,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     match store.as_str() {
         "sqlite" => run_default(root, seconds),
         "mysql" => compare_stores(root, seconds),
-        other => bail!("--store {other:?}: sqlite (the default run) or mysql (SQLite beside MySQL)"),
+        other => {
+            bail!("--store {other:?}: sqlite (the default run) or mysql (SQLite beside MySQL)")
+        }
     }
 }
 
@@ -180,7 +182,8 @@ fn compare_stores(root: &Path, seconds: u64) -> Result<()> {
     );
     let mut rows = Vec::new();
     for (store, url) in [("sqlite", None), ("mysql", Some(mysql.url.as_str()))] {
-        let dir = std::env::temp_dir().join(format!("leaf-bench-http-{store}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("leaf-bench-http-{store}-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let addr = free_addr()?;
         let mut cmd = Command::new(&binary);
@@ -361,7 +364,9 @@ impl MysqlServer {
 impl Drop for MysqlServer {
     fn drop(&mut self) {
         if let Some(id) = self.container.take() {
-            let _ = Command::new("docker").args(["rm", "-f", "-v", &id]).output();
+            let _ = Command::new("docker")
+                .args(["rm", "-f", "-v", &id])
+                .output();
         }
     }
 }

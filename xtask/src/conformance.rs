@@ -20,6 +20,10 @@ pub(crate) struct Backend {
     name: &'static str,
     /// The crate that runs its conformance tests.
     package: &'static str,
+    /// Cargo features the crate's run needs (`leaf-server` has a backend only with its
+    /// feature). A crate run without features is left out of `ci`'s workspace tests, which
+    /// would repeat it; a crate run with some still gets its default-feature run there.
+    features: Option<&'static str>,
     /// The variable naming an already running server, for backends with one.
     url_var: Option<&'static str>,
 }
@@ -30,24 +34,37 @@ const BACKENDS: &[Backend] = &[
     Backend {
         name: "sqlite",
         package: "leaf-registry-local",
+        features: None,
         url_var: None,
     },
     Backend {
         name: "local",
         package: "leaf-registry-local",
+        features: None,
         url_var: None,
     },
     Backend {
         name: "mysql",
         package: "leaf-registry-mysql",
+        features: None,
+        url_var: Some("LEAFTEST_MYSQL_URL"),
+    },
+    // The server on the same MySQL: `tests/mysql.rs` (the router, two processes sharing one
+    // table and one worker-id table, an unreachable server at start-up).
+    Backend {
+        name: "mysql",
+        package: "leaf-server",
+        features: Some("mysql"),
         url_var: Some("LEAFTEST_MYSQL_URL"),
     },
 ];
 
-/// The backend crates present in the workspace, each once.
+/// The backend crates present in the workspace whose whole test run is the conformance run
+/// (those run without extra features), each once.
 pub(crate) fn packages(root: &Path) -> Vec<&'static str> {
     let mut packages: Vec<&'static str> = BACKENDS
         .iter()
+        .filter(|b| b.features.is_none())
         .map(|b| b.package)
         .filter(|p| root.join("crates").join(p).is_dir())
         .collect();
@@ -70,14 +87,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     }
     for w in &wanted {
         if !BACKENDS.iter().any(|b| b.name == w) {
-            bail!(
-                "unknown backend {w:?}; known: {}",
-                BACKENDS
-                    .iter()
-                    .map(|b| b.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+            let mut known: Vec<&str> = BACKENDS.iter().map(|b| b.name).collect();
+            known.dedup();
+            bail!("unknown backend {w:?}; known: {}", known.join(", "));
         }
     }
     let selected: Vec<&Backend> = BACKENDS
@@ -100,21 +112,33 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
 
     let env = server_env(root, &selected)?;
 
-    let mut packages: Vec<&str> = selected.iter().map(|b| b.package).collect();
-    packages.dedup();
+    // One run per crate and feature set.
+    let mut runs: Vec<(&str, Option<&str>)> =
+        selected.iter().map(|b| (b.package, b.features)).collect();
+    runs.dedup();
     let started = Instant::now();
     let mut failed = Vec::new();
-    for package in &packages {
+    let mut packages = Vec::new();
+    for (package, features) in runs {
         let names: Vec<&str> = selected
             .iter()
-            .filter(|b| b.package == *package)
+            .filter(|b| (b.package, b.features) == (package, features))
             .map(|b| b.name)
             .collect();
-        let step = format!("conformance {} ({package})", names.join(", "));
-        if let Err(e) = cargo_with_env(root, &step, &["test", "-p", package], &env) {
+        let mut args = vec!["test", "-p", package];
+        let shown = match features {
+            Some(f) => {
+                args.extend(["--features", f]);
+                format!("{package} --features {f}")
+            }
+            None => package.to_string(),
+        };
+        let step = format!("conformance {} ({shown})", names.join(", "));
+        if let Err(e) = cargo_with_env(root, &step, &args, &env) {
             eprintln!("xtask conformance: {e:#}");
-            failed.push(*package);
+            failed.push(shown.clone());
         }
+        packages.push(shown);
     }
     reap_containers();
     if !failed.is_empty() {
@@ -141,7 +165,13 @@ pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(Stri
     if selected.iter().any(|b| needs_server(b)) {
         check_docker()?;
     }
+    let mut done: Vec<&str> = Vec::new();
     for b in selected.iter().filter(|b| needs_server(b)) {
+        // Several crates test on one kind of server (mysql: the backend crate and the server).
+        if done.contains(&b.name) {
+            continue;
+        }
+        done.push(b.name);
         if let Some(spec) = testbed::IMAGES.iter().find(|i| i.backend == b.name) {
             testbed_image(root, spec, &mut env)?;
         }

@@ -18,10 +18,11 @@ mod testbed;
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  ci              fmt --check, clippy -D warnings, conformance, then every other test
+  ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test
   bench [--quick] run the criterion benchmarks and print the summary table
-  bench-http [SECONDS]
-                  the release leaf-server under oha: req/s, latency, batches, RSS, start-up
+  bench-http [SECONDS] [--store mysql]
+                  the release leaf-server under oha: req/s, latency, batches, RSS, start-up;
+                  with --store mysql: segment mode on SQLite beside MySQL
   conformance [--backend NAME]
                   run the backend crates' tests on provisioned servers (sqlite, local, mysql)
   testbed [--force] [BACKEND...]
@@ -40,13 +41,7 @@ fn run() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("ci") => ci(&root),
         Some("bench") => bench::run(&root, args.iter().any(|a| a == "--quick")),
-        Some("bench-http") => {
-            let seconds = match args.get(1) {
-                Some(s) => s.parse().context("bench-http takes a number of seconds")?,
-                None => 10,
-            };
-            bench_http::run(&root, seconds)
-        }
+        Some("bench-http") => bench_http::run(&root, &args[1..]),
         Some("conformance") => conformance::run(&root, &args[1..]),
         Some("testbed") => testbed::run(&root, &args[1..]),
         Some("-h" | "--help" | "help") => {
@@ -74,6 +69,7 @@ fn ci(root: &Path) -> Result<()> {
             "clippy",
             "--workspace",
             "--all-targets",
+            "--all-features",
             "--",
             "-D",
             "warnings",

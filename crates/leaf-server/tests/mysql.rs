@@ -741,3 +741,104 @@ async fn a_refused_password_fails_start_up_without_showing_it() {
     assert_log_hides(&stderr, &shown_url, &wrong);
     user.drop_on(&root).await;
 }
+
+// ---- MySQL down at start-up ----------------------------------------------------------------
+
+/// A TCP port that refuses connections until [`Gate::open`], then forwards them to `target`.
+struct Gate {
+    port: u16,
+    target: String,
+}
+
+impl Gate {
+    fn open(&self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).expect("the gate's port");
+        let target = self.target.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut c, mut s) = (client, server);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c, &mut s);
+                    let _ = s.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s2, &mut c2);
+                    let _ = c2.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segment_mode_waits_for_an_unreachable_mysql_while_snowflake_serves() {
+    let (db, _root) = database().await;
+    let (scheme, rest) = db.url.split_once("://").unwrap();
+    let authority = &rest[..rest.find('/').unwrap()];
+    let (userinfo, host_port) = authority.rsplit_once('@').unwrap();
+    let gate = Gate {
+        port: free_port(),
+        target: host_port.to_string(),
+    };
+    let url = format!(
+        "{scheme}://{userinfo}@127.0.0.1:{}{}",
+        gate.port,
+        &rest[rest.find('/').unwrap()..]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+
+    tokio::task::spawn_blocking(move || {
+        let port = free_port();
+        let env = [
+            ("LEAF_SEGMENT__STORE", "mysql".to_string()),
+            ("LEAF_SEGMENT__URL", url),
+            ("LEAF_SEGMENT__CONNECT_TIMEOUT_MS", "500".to_string()),
+        ];
+        let log = path.join("server.log");
+        let child = command(&path, port, &env)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let s = Server { child, port, log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http(port, "GET", "/healthz").map_or(true, |r| r.status != 200) {
+            assert!(Instant::now() < deadline, "not serving:\n{}", s.log_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let ready = s.get("/readyz");
+        assert_eq!(ready.status, 503, "{}", ready.body);
+        assert_eq!(ready.json()["segment"]["ready"], false, "{}", ready.body);
+        assert_eq!(ready.json()["snowflake"]["ready"], true, "{}", ready.body);
+        let r = s.get("/api/segment/get/leaf-segment-test");
+        assert_eq!(
+            (r.status, r.json()["code"].as_i64()),
+            (503, Some(-3)),
+            "{}",
+            r.body
+        );
+        assert_eq!(s.get("/api/snowflake/get/x").status, 200);
+
+        // The server comes up: segment mode starts by itself, seed tag included.
+        gate.open();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while s.get("/readyz").status != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "segment mode did not start after the server came up:\n{}",
+                s.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(s.get("/api/segment/get/leaf-segment-test").body, "1");
+        let (status, log) = s.sigterm();
+        assert!(status.success(), "{status}\n{log}");
+        assert!(log.contains("segment mode started"), "{log}");
+    })
+    .await
+    .unwrap();
+}
