@@ -134,7 +134,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             None => package.to_string(),
         };
         let step = format!("conformance {} ({shown})", names.join(", "));
-        if let Err(e) = cargo_with_env(root, &step, &args, &env) {
+        if let Err(e) = crate::cargo_with_env(root, &step, &args, &env) {
             eprintln!("xtask conformance: {e:#}");
             failed.push(shown.clone());
         }
@@ -272,31 +272,4 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
-}
-
-/// `cargo ARGS` with extra environment variables.
-fn cargo_with_env(root: &Path, step: &str, args: &[&str], env: &[(String, String)]) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    eprintln!(
-        "xtask: == {step}: {} cargo {}",
-        shown.join(" "),
-        args.join(" ")
-    );
-    let started = Instant::now();
-    let status = Command::new(&cargo)
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .current_dir(root)
-        .status()
-        .with_context(|| format!("cannot run {cargo}"))?;
-    eprintln!(
-        "xtask: == {step}: {} in {:.1} s",
-        if status.success() { "ok" } else { "FAILED" },
-        started.elapsed().as_secs_f64()
-    );
-    if !status.success() {
-        bail!("{step} failed ({status})");
-    }
-    Ok(())
 }

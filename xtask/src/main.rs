@@ -90,11 +90,23 @@ fn ci(root: &Path) -> Result<()> {
 
 /// Runs `cargo ARGS` in the workspace root, logging the step and its duration.
 pub(crate) fn cargo(root: &Path, step: &str, args: &[&str]) -> Result<()> {
+    cargo_with_env(root, step, args, &[])
+}
+
+/// [`cargo`] with extra environment variables, shown in the log line.
+pub(crate) fn cargo_with_env(
+    root: &Path,
+    step: &str,
+    args: &[&str],
+    env: &[(String, String)],
+) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("xtask: == {step}: cargo {}", args.join(" "));
+    let shown: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    eprintln!("xtask: == {step}: {shown}cargo {}", args.join(" "));
     let started = Instant::now();
     let status = Command::new(&cargo)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(root)
         .status()
         .with_context(|| format!("cannot run {cargo}"))?;
