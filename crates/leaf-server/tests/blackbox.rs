@@ -3,113 +3,34 @@
 
 #![cfg(all(feature = "local", feature = "sqlite"))]
 
+mod common;
+
 use std::collections::HashSet;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_leaf-server");
+use common::{Reply, Server, command, free_port, http, wait_exit};
+
 const TAG: &str = "leaf-segment-test";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The binary with a clean environment: no `LEAF_` variable of the caller leaks in.
-fn command(dir: &Path) -> Command {
-    let mut c = Command::new(BIN);
-    c.current_dir(dir);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy()
-            .to_ascii_uppercase()
-            .starts_with("LEAF_")
-        {
-            c.env_remove(k);
-        }
-    }
-    c.env("LEAF_LOG__LEVEL", "info");
-    c
-}
-
-struct Server {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
 
 impl Server {
     fn start(dir: &Path, n: u32) -> Server {
         Self::start_with(dir, n, &[])
     }
 
+    /// Starts the binary on a free port and waits until `/healthz` says 200.
     fn start_with(dir: &Path, n: u32, env: &[(&str, &str)]) -> Server {
-        let port = free_port();
-        let log = dir.join(format!("server-{n}.log"));
-        let child = command(dir)
-            .env("LEAF_SERVER__LISTEN", format!("127.0.0.1:{port}"))
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("the binary starts");
-        let mut s = Server { child, port, log };
-        s.wait_healthy();
+        let mut s = Server::spawn(dir, free_port(), n, env);
+        s.wait_for("/healthz", Duration::from_secs(30));
         s
     }
 
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait_healthy(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "the server exited ({status}) before serving:\n{}",
-                    self.log_text()
-                );
-            }
-            if let Ok(r) = try_http(self.port, "GET", "/healthz")
-                && r.status == 200
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not serve within 30 s:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn get(&self, path: &str) -> Reply {
-        try_http(self.port, "GET", path)
-            .unwrap_or_else(|e| panic!("GET {path}: {e}\n{}", self.log_text()))
-    }
-
     fn post(&self, path: &str) -> Reply {
-        try_http(self.port, "POST", path)
+        http(self.port, "POST", path)
             .unwrap_or_else(|e| panic!("POST {path}: {e}\n{}", self.log_text()))
-    }
-
-    fn sigterm(mut self) -> ExitStatus {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -TERM");
-        wait_exit(&mut self.child, Duration::from_secs(20))
-            .unwrap_or_else(|| panic!("no exit after SIGTERM:\n{}", self.log_text()))
     }
 
     fn sigkill(mut self) {
@@ -133,32 +54,6 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return Some(s);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
 impl Reply {
     fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -178,51 +73,6 @@ impl Reply {
         );
         self.body.parse().expect("a decimal id")
     }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-
-    fn ids(&self) -> Vec<i64> {
-        assert_eq!(self.status, 200, "{}", self.body);
-        self.json()["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap())
-            .collect()
-    }
-}
-
-/// A minimal HTTP/1.1 client: one request per connection.
-fn try_http(port: u16, method: &str, path: &str) -> std::io::Result<Reply> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no header end in {text:?}")))?;
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line in {text:?}")))?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    Ok(Reply {
-        status,
-        headers,
-        body: body.to_string(),
-    })
 }
 
 fn assert_unique(what: &str, ids: &[i64]) {
@@ -258,10 +108,7 @@ fn default_config_serves_both_modes_and_restarts_without_repeats() {
     assert_eq!((e.status, e.json()["code"].as_i64()), (404, Some(-2)));
 
     // A second process on the same cache directory refuses to start.
-    let second = command(dir.path())
-        .env("LEAF_SERVER__LISTEN", format!("127.0.0.1:{}", free_port()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
+    let second = command::<&str>(dir.path(), free_port(), &[])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -270,7 +117,7 @@ fn default_config_serves_both_modes_and_restarts_without_repeats() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("in use by another process"), "{err}");
 
-    let status = s.sigterm();
+    let (status, _) = s.sigterm();
     assert!(status.success(), "graceful shutdown exits 0: {status}");
     let warm = std::fs::read_to_string(dir.path().join("leaf-data/leaf.segment-tags")).unwrap();
     assert_eq!(
@@ -307,19 +154,12 @@ fn default_config_serves_both_modes_and_restarts_without_repeats() {
     s.take_ids(&mut segment, &mut snowflake);
     assert_unique("segment after SIGKILL", &segment);
     assert_unique("snowflake after SIGKILL", &snowflake);
-    assert!(s.sigterm().success());
+    assert!(s.sigterm().0.success());
 }
 
 fn run_expecting_failure(dir: &Path, extra: &[(&str, &str)], args: &[&str]) -> String {
-    let mut c = command(dir);
-    c.env("LEAF_SERVER__LISTEN", format!("127.0.0.1:{}", free_port()));
-    for (k, v) in extra {
-        c.env(k, v);
-    }
-    let mut child = c
+    let mut child = command(dir, free_port(), extra)
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -471,7 +311,7 @@ fn connection_limits_and_json_logs() {
         serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: {first}"));
     assert!(v["level"].is_string(), "{v}");
     assert!(log.contains("LEAF_NOT_A_KEY"), "{log}");
-    assert!(s.sigterm().success());
+    assert!(s.sigterm().0.success());
 }
 
 #[test]
@@ -500,5 +340,5 @@ fn a_time_mark_far_ahead_keeps_snowflake_unavailable_while_segment_serves() {
     assert_eq!(ready.json()["snowflake"]["ready"], false);
     assert_eq!(ready.json()["segment"]["ready"], true);
     assert_eq!(s.get(&format!("/api/segment/get/{TAG}")).id(), 1);
-    assert!(s.sigterm().success());
+    assert!(s.sigterm().0.success());
 }

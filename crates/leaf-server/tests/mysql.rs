@@ -6,11 +6,12 @@
 
 #![cfg(feature = "mysql")]
 
+mod common;
+
 use std::collections::{BTreeMap, HashSet};
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -26,7 +27,7 @@ use sqlx::mysql::MySqlPool;
 use sqlx::{AssertSqlSafe, Executor, Row};
 use tower::ServiceExt;
 
-const BIN: &str = env!("CARGO_BIN_EXE_leaf-server");
+use common::{Server, command, free_port, http};
 
 // ---- The database --------------------------------------------------------------------------
 
@@ -269,159 +270,14 @@ async fn router_serves_both_modes_from_mysql_and_db_lists_the_table() {
 
 // ---- The built binary ----------------------------------------------------------------------
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The binary in `dir` with a clean environment (no `LEAF_` variable of the caller).
-fn command(dir: &Path, port: u16, env: &[(&str, String)]) -> Command {
-    let mut c = Command::new(BIN);
-    c.current_dir(dir);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy()
-            .to_ascii_uppercase()
-            .starts_with("LEAF_")
-        {
-            c.env_remove(k);
-        }
-    }
-    c.env("LEAF_SERVER__LISTEN", format!("127.0.0.1:{port}"))
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    c
-}
-
-struct Server {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
 impl Server {
     /// Starts the binary on `port` and waits until `/readyz` says 200.
     fn start(dir: &Path, port: u16, n: u32, env: &[(&str, String)]) -> Server {
         std::fs::create_dir_all(dir).unwrap();
-        let log = dir.join(format!("server-{n}.log"));
-        let child = command(dir, port, env)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("the binary starts");
-        let mut s = Server { child, port, log };
-        s.wait_ready();
+        let mut s = Server::spawn(dir, port, n, env);
+        s.wait_for("/readyz", Duration::from_secs(60));
         s
     }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!(
-                    "the server exited ({status}) before serving:\n{}",
-                    self.log_text()
-                );
-            }
-            if let Ok(r) = http(self.port, "GET", "/readyz")
-                && r.status == 200
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server was not ready within 60 s:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn get(&self, path: &str) -> Reply {
-        http(self.port, "GET", path)
-            .unwrap_or_else(|e| panic!("GET {path}: {e}\n{}", self.log_text()))
-    }
-
-    /// SIGTERM, then the exit status and the log.
-    fn sigterm(mut self) -> (ExitStatus, String) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -TERM");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return (s, self.log_text());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no exit after SIGTERM:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Reply {
-    status: u16,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-
-    fn ids(&self) -> Vec<i64> {
-        assert_eq!(self.status, 200, "{}", self.body);
-        self.json()["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap())
-            .collect()
-    }
-}
-
-/// A minimal HTTP/1.1 client: one request per connection.
-fn http(port: u16, method: &str, path: &str) -> std::io::Result<Reply> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no header end in {text:?}")))?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("bad status line in {text:?}")))?;
-    Ok(Reply {
-        status,
-        body: body.to_string(),
-    })
 }
 
 /// The password must not appear; the URL must, redacted, so that the check is not vacuous.
@@ -799,12 +655,7 @@ async fn segment_mode_waits_for_an_unreachable_mysql_while_snowflake_serves() {
             ("LEAF_SEGMENT__URL", url),
             ("LEAF_SEGMENT__CONNECT_TIMEOUT_MS", "500".to_string()),
         ];
-        let log = path.join("server.log");
-        let child = command(&path, port, &env)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let s = Server { child, port, log };
+        let s = Server::spawn(&path, port, 1, &env);
         let deadline = Instant::now() + Duration::from_secs(30);
         while http(port, "GET", "/healthz").map_or(true, |r| r.status != 200) {
             assert!(Instant::now() < deadline, "not serving:\n{}", s.log_text());
