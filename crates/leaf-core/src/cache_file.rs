@@ -5,13 +5,17 @@
 //! Writes are atomic and durable (temporary file, fsync, rename, directory fsync), so a crash
 //! mid-write leaves the previous complete file. While a [`CacheFile`] is open its directory is
 //! locked: a second process with the same `cache_dir` refuses to start instead of issuing the
-//! same IDs. The calls block on disk I/O; async callers run them with `spawn_blocking`.
+//! same IDs. The calls block on disk I/O; async callers use [`AsyncCacheFile`], which runs them
+//! with `spawn_blocking`, and registries keep their lease over the file in a [`HeldCache`].
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::{Error, Result};
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::{Error, Renewal, Result};
 
 /// What the cache file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,6 +108,131 @@ impl CacheFile {
     }
 }
 
+/// A [`CacheFile`] for async callers: every call runs on tokio's blocking pool, so a slow disk
+/// never stalls a runtime worker. Clones share one open file; the directory stays locked until
+/// the last clone is dropped.
+#[derive(Clone, Debug)]
+pub struct AsyncCacheFile(Arc<CacheFile>);
+
+impl AsyncCacheFile {
+    /// [`CacheFile::open`] on the blocking pool: opens `{dir}/{name}.properties` and locks the
+    /// directory. `Config` if another process holds it.
+    pub async fn open(dir: impl Into<PathBuf>, name: &str) -> Result<Self> {
+        let (dir, name) = (dir.into(), name.to_owned());
+        blocking(move || CacheFile::open(dir, &name))
+            .await
+            .map(|file| AsyncCacheFile(Arc::new(file)))
+    }
+
+    /// The data file's path.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// [`CacheFile::read`] on the blocking pool.
+    pub async fn read(&self) -> Result<Option<CacheRecord>> {
+        let file = self.0.clone();
+        blocking(move || file.read()).await
+    }
+
+    /// [`CacheFile::write`] on the blocking pool.
+    pub async fn write(&self, record: CacheRecord) -> Result<()> {
+        let file = self.0.clone();
+        blocking(move || file.write(&record)).await
+    }
+}
+
+/// Runs blocking file work off the async runtime; a panicked or cancelled task is a backend
+/// error, not a panic of the caller.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::backend("cache-file", e))?
+}
+
+/// The lease a workerId registry holds over its cache file: which worker id holds the file, if
+/// any. Every registry keeps one, so that renewing and releasing behave alike in every mode.
+///
+/// One async mutex serialises acquire, renewals and release, so a late renewal can never
+/// overwrite the final mark, and a renewal after the release answers [`Renewal::LeaseLost`].
+#[derive(Debug, Default)]
+pub struct HeldCache {
+    held: Mutex<Option<Held>>,
+}
+
+#[derive(Debug)]
+struct Held {
+    worker_id: u64,
+    file: AsyncCacheFile,
+}
+
+impl HeldCache {
+    /// Nothing held: no file is open and no directory locked.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes the lease's lock, for an acquire, or a release that has more to do (a server write,
+    /// say) before the file is closed. Renewals and other releases wait until the guard drops.
+    pub async fn lock(&self) -> HeldCacheGuard<'_> {
+        HeldCacheGuard(self.held.lock().await)
+    }
+
+    /// Writes `mark_ms` for `worker_id`: [`Renewal::Ok`] once it is on disk,
+    /// [`Renewal::LeaseLost`] (nothing written) when `worker_id` does not hold the file.
+    pub async fn renew(&self, worker_id: u64, mark_ms: u64) -> Result<Renewal> {
+        Ok(if self.lock().await.write_mark(worker_id, mark_ms).await? {
+            Renewal::Ok
+        } else {
+            Renewal::LeaseLost
+        })
+    }
+
+    /// Writes the final mark for `worker_id`, then closes the file, which unlocks the directory.
+    /// `false`, with nothing written, when `worker_id` does not hold the file. If the write
+    /// fails the file stays held, so the release can be tried again.
+    pub async fn release(&self, worker_id: u64, final_mark_ms: u64) -> Result<bool> {
+        let mut held = self.lock().await;
+        if !held.write_mark(worker_id, final_mark_ms).await? {
+            return Ok(false);
+        }
+        held.close();
+        Ok(true)
+    }
+}
+
+/// The locked lease of a [`HeldCache`]; see [`HeldCache::lock`].
+#[derive(Debug)]
+pub struct HeldCacheGuard<'a>(MutexGuard<'a, Option<Held>>);
+
+impl HeldCacheGuard<'_> {
+    /// The worker id holding the file and the file, `None` when nothing is held.
+    pub fn held(&self) -> Option<(u64, &AsyncCacheFile)> {
+        self.0.as_ref().map(|h| (h.worker_id, &h.file))
+    }
+
+    /// Records that `worker_id` holds `file`, replacing (and closing, if it is the last handle)
+    /// whatever was held.
+    pub fn hold(&mut self, worker_id: u64, file: AsyncCacheFile) {
+        *self.0 = Some(Held { worker_id, file });
+    }
+
+    /// Writes `{worker_id, mark_ms}` if `worker_id` holds the file; `false`, with nothing
+    /// written, if it does not.
+    pub async fn write_mark(&self, worker_id: u64, mark_ms: u64) -> Result<bool> {
+        let Some(h) = self.0.as_ref().filter(|h| h.worker_id == worker_id) else {
+            return Ok(false);
+        };
+        h.file.write(CacheRecord { worker_id, mark_ms }).await?;
+        Ok(true)
+    }
+
+    /// Lets go of the file: dropping the last handle closes it and with it the directory lock.
+    pub fn close(&mut self) {
+        *self.0 = None;
+    }
+}
+
 fn parse(text: &str) -> Option<CacheRecord> {
     let (mut worker_id, mut mark_ms) = (None, None);
     for line in text.lines().map(str::trim) {
@@ -185,6 +314,121 @@ mod tests {
             Some(CacheRecord {
                 worker_id: 3,
                 mark_ms: 12
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn async_file_round_trip_and_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = AsyncCacheFile::open(dir.path().join("nested"), "worker")
+            .await
+            .unwrap();
+        assert_eq!(f.path(), dir.path().join("nested/worker.properties"));
+        assert_eq!(f.read().await.unwrap(), None);
+        let r = CacheRecord {
+            worker_id: 4,
+            mark_ms: 99,
+        };
+        f.clone().write(r).await.unwrap();
+        assert_eq!(f.read().await.unwrap(), Some(r));
+        let err = AsyncCacheFile::open(dir.path().join("nested"), "worker")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Config(_)), "{err}");
+        let clone = f.clone();
+        drop(f);
+        assert!(
+            AsyncCacheFile::open(dir.path().join("nested"), "worker")
+                .await
+                .is_err(),
+            "a remaining clone keeps the lock"
+        );
+        drop(clone);
+        AsyncCacheFile::open(dir.path().join("nested"), "worker")
+            .await
+            .expect("the last clone takes the lock with it");
+    }
+
+    #[tokio::test]
+    async fn held_cache_renews_only_the_held_worker_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = HeldCache::new();
+        assert_eq!(held.renew(3, 10).await.unwrap(), Renewal::LeaseLost);
+        let file = AsyncCacheFile::open(dir.path(), "worker").await.unwrap();
+        {
+            let mut g = held.lock().await;
+            assert!(g.held().is_none());
+            g.hold(3, file.clone());
+            let (id, f) = g.held().unwrap();
+            assert_eq!((id, f.path()), (3, file.path()));
+        }
+        assert_eq!(held.renew(3, 20).await.unwrap(), Renewal::Ok);
+        let on_disk = Some(CacheRecord {
+            worker_id: 3,
+            mark_ms: 20,
+        });
+        assert_eq!(file.read().await.unwrap(), on_disk);
+        assert_eq!(held.renew(4, 30).await.unwrap(), Renewal::LeaseLost);
+        assert_eq!(
+            file.read().await.unwrap(),
+            on_disk,
+            "a lost lease writes nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn release_writes_the_final_mark_and_unlocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = HeldCache::new();
+        let file = AsyncCacheFile::open(dir.path(), "worker").await.unwrap();
+        let path = file.path().to_path_buf();
+        held.lock().await.hold(5, file);
+        held.renew(5, 50).await.unwrap();
+        assert!(!held.release(6, 1).await.unwrap(), "not the held worker id");
+        assert!(AsyncCacheFile::open(dir.path(), "worker").await.is_err());
+        assert!(held.release(5, 40).await.unwrap());
+        assert_eq!(held.renew(5, 60).await.unwrap(), Renewal::LeaseLost);
+        assert!(!held.release(5, 70).await.unwrap(), "released once only");
+        let reopened = AsyncCacheFile::open(dir.path(), "worker")
+            .await
+            .expect("the release unlocks the directory");
+        assert_eq!(reopened.path(), path);
+        assert_eq!(
+            reopened.read().await.unwrap(),
+            Some(CacheRecord {
+                worker_id: 5,
+                mark_ms: 40
+            }),
+            "the final mark stays, even below the last renewal's"
+        );
+    }
+
+    #[tokio::test]
+    async fn guard_write_then_close_keeps_others_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Arc::new(HeldCache::new());
+        held.lock()
+            .await
+            .hold(2, AsyncCacheFile::open(dir.path(), "worker").await.unwrap());
+        let mut g = held.lock().await;
+        assert!(g.write_mark(2, 7).await.unwrap());
+        assert!(!g.write_mark(9, 8).await.unwrap());
+        let renewer = tokio::spawn({
+            let held = held.clone();
+            async move { held.renew(2, 100).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!renewer.is_finished(), "a renewal waits for the guard");
+        g.close();
+        drop(g);
+        assert_eq!(renewer.await.unwrap().unwrap(), Renewal::LeaseLost);
+        let f = AsyncCacheFile::open(dir.path(), "worker").await.unwrap();
+        assert_eq!(
+            f.read().await.unwrap(),
+            Some(CacheRecord {
+                worker_id: 2,
+                mark_ms: 7
             })
         );
     }

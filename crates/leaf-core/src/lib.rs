@@ -9,7 +9,7 @@ pub mod registry;
 pub mod store;
 mod tag;
 
-pub use cache_file::{CacheFile, CacheRecord};
+pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord, HeldCache, HeldCacheGuard};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
 pub use error::{Error, Result};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS};

@@ -2,14 +2,12 @@
 //! mark lives in the cache file, which also keeps a second process off the same cache directory.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CacheFile, CacheRecord, Error, Lease, NodeIdentity, RegistryCapabilities,
+    AcquireRequest, AsyncCacheFile, Error, HeldCache, Lease, NodeIdentity, RegistryCapabilities,
     Renewal, Result, WorkerIdRegistry,
 };
-use tokio::sync::Mutex;
 
 use crate::config::LocalRegistryConfig;
 
@@ -22,15 +20,9 @@ pub struct LocalRegistry {
     config: LocalRegistryConfig,
     cache_dir: PathBuf,
     file_name: String,
-    // A tokio mutex: renewals and the release are serialised, so a late renewal can never
-    // overwrite the final mark.
-    held: Mutex<Option<Held>>,
-}
-
-#[derive(Debug)]
-struct Held {
-    worker_id: u64,
-    cache: Arc<CacheFile>,
+    // Renewals and the release are serialised, so a late renewal can never overwrite the final
+    // mark.
+    held: HeldCache,
 }
 
 impl LocalRegistry {
@@ -41,7 +33,7 @@ impl LocalRegistry {
             config,
             cache_dir: cache_dir.into(),
             file_name: format!("worker-{name}"),
-            held: Mutex::new(None),
+            held: HeldCache::new(),
         }
     }
 
@@ -66,12 +58,6 @@ impl LocalRegistry {
         }
         Ok(id)
     }
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::backend("cache-file", e))?
 }
 
 #[async_trait]
@@ -99,21 +85,16 @@ impl WorkerIdRegistry for LocalRegistry {
             )));
         }
         let mut held = self.held.lock().await;
-        let cache = match &*held {
-            Some(h) if h.worker_id == worker_id => h.cache.clone(),
-            Some(h) => {
+        let cache = match held.held() {
+            Some((id, cache)) if id == worker_id => cache.clone(),
+            Some((id, _)) => {
                 return Err(Error::InvalidInput(format!(
-                    "this registry already holds worker id {}; release it first",
-                    h.worker_id
+                    "this registry already holds worker id {id}; release it first"
                 )));
             }
-            None => {
-                let (dir, name) = (self.cache_dir.clone(), self.file_name.clone());
-                Arc::new(blocking(move || CacheFile::open(dir, &name)).await?)
-            }
+            None => AsyncCacheFile::open(self.cache_dir.clone(), &self.file_name).await?,
         };
-        let reader = cache.clone();
-        let record = blocking(move || reader.read()).await?;
+        let record = cache.read().await?;
         let prev_mark_ms = match record {
             Some(r) if r.worker_id == worker_id => Some(r.mark_ms),
             Some(r) => {
@@ -127,7 +108,7 @@ impl WorkerIdRegistry for LocalRegistry {
             None => None,
         };
         tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, "local worker id acquired");
-        *held = Some(Held { worker_id, cache });
+        held.hold(worker_id, cache);
         Ok(Lease {
             worker_id,
             prev_mark_ms,
@@ -136,31 +117,14 @@ impl WorkerIdRegistry for LocalRegistry {
     }
 
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
-        let held = self.held.lock().await;
-        let Some(h) = held.as_ref().filter(|h| h.worker_id == lease.worker_id) else {
-            return Ok(Renewal::LeaseLost);
-        };
-        let (cache, worker_id) = (h.cache.clone(), h.worker_id);
-        blocking(move || cache.write(&CacheRecord { worker_id, mark_ms })).await?;
-        Ok(Renewal::Ok)
+        self.held.renew(lease.worker_id, mark_ms).await
     }
 
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
-        let mut held = self.held.lock().await;
-        let Some(h) = held.as_ref().filter(|h| h.worker_id == lease.worker_id) else {
+        // Closing the file releases the directory lock.
+        if !self.held.release(lease.worker_id, final_mark_ms).await? {
             tracing::debug!(worker_id = lease.worker_id, "release of a lease not held");
-            return Ok(());
-        };
-        let (cache, worker_id) = (h.cache.clone(), h.worker_id);
-        blocking(move || {
-            cache.write(&CacheRecord {
-                worker_id,
-                mark_ms: final_mark_ms,
-            })
-        })
-        .await?;
-        // Dropping the last handle closes the file and with it the directory lock.
-        *held = None;
+        }
         Ok(())
     }
 }

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CacheFile, CacheRecord, Error, Lease, NodeIdentity, RegistryCapabilities,
-    Renewal, Result, WorkerIdRegistry,
+    AcquireRequest, AsyncCacheFile, CacheRecord, Error, HeldCache, Lease, NodeIdentity,
+    RegistryCapabilities, Renewal, Result, WorkerIdRegistry,
 };
 use sqlx::Row;
 use sqlx::mysql::MySqlPool;
@@ -41,14 +41,9 @@ pub struct MysqlRegistry {
     config: MysqlConfig,
     cache_dir: PathBuf,
     file_name: String,
-    held: Mutex<Option<Held>>,
+    held: HeldCache,
     /// Serialises mark writes to the server; see [`MarkWriter`].
     marks: Arc<MarkWriter>,
-}
-
-struct Held {
-    worker_id: u64,
-    cache: Arc<CacheFile>,
 }
 
 /// The server copy of the mark is written in the background (the cache file is the durable
@@ -84,7 +79,7 @@ impl MysqlRegistry {
             config: config.clone(),
             cache_dir: cache_dir.into(),
             file_name: format!("worker-{name}"),
-            held: Mutex::new(None),
+            held: HeldCache::new(),
             marks: Arc::default(),
         })
     }
@@ -177,12 +172,6 @@ async fn write_mark(pool: &MySqlPool, worker_id: u64, mark_ms: u64) -> Result<()
     Ok(())
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::backend("cache-file", e))?
-}
-
 fn too_large(worker_id: u64, identity: &NodeIdentity, max: u64, source: &str) -> Error {
     Error::Config(format!(
         "snowflake.mode = \"mysql\": worker id {worker_id} of node {identity} ({source}) does not \
@@ -203,17 +192,14 @@ impl WorkerIdRegistry for MysqlRegistry {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
         let mut held = self.held.lock().await;
-        if let Some(h) = &*held {
+        if let Some((id, _)) = held.held() {
             return Err(Error::InvalidInput(format!(
-                "this registry already holds worker id {}; release it first",
-                h.worker_id
+                "this registry already holds worker id {id}; release it first"
             )));
         }
         // The lock first: a second process on this cache directory must not start at all.
-        let (dir, name) = (self.cache_dir.clone(), self.file_name.clone());
-        let cache = Arc::new(blocking(move || CacheFile::open(dir, &name)).await?);
-        let reader = cache.clone();
-        let cached = blocking(move || reader.read()).await?;
+        let cache = AsyncCacheFile::open(self.cache_dir.clone(), &self.file_name).await?;
+        let cached = cache.read().await?;
 
         let limit = self.config.timeout() + self.config.connect_timeout();
         let (worker_id, server_mark) =
@@ -255,10 +241,7 @@ impl WorkerIdRegistry for MysqlRegistry {
                         "mysql unreachable: starting from the worker id cache file"
                     );
                     let prev_mark_ms = (r.mark_ms > 0).then_some(r.mark_ms);
-                    *held = Some(Held {
-                        worker_id: r.worker_id,
-                        cache,
-                    });
+                    held.hold(r.worker_id, cache);
                     *self.marks.lock.lock().await = false;
                     return Ok(Lease {
                         worker_id: r.worker_id,
@@ -284,14 +267,14 @@ impl WorkerIdRegistry for MysqlRegistry {
         let prev_mark_ms = server_mark.max(cached_mark);
         // The cache file learns the worker id now, so that a start while the server is down
         // finds it; the mark stays the highest known.
-        let writer = cache.clone();
-        let record = CacheRecord {
-            worker_id,
-            mark_ms: prev_mark_ms.unwrap_or(0),
-        };
-        blocking(move || writer.write(&record)).await?;
+        cache
+            .write(CacheRecord {
+                worker_id,
+                mark_ms: prev_mark_ms.unwrap_or(0),
+            })
+            .await?;
         tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, "mysql worker id acquired");
-        *held = Some(Held { worker_id, cache });
+        held.hold(worker_id, cache);
         *self.marks.lock.lock().await = false;
         Ok(Lease {
             worker_id,
@@ -301,31 +284,21 @@ impl WorkerIdRegistry for MysqlRegistry {
     }
 
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
-        let held = self.held.lock().await;
-        let Some(h) = held.as_ref().filter(|h| h.worker_id == lease.worker_id) else {
-            return Ok(Renewal::LeaseLost);
-        };
-        let (cache, worker_id) = (h.cache.clone(), h.worker_id);
-        blocking(move || cache.write(&CacheRecord { worker_id, mark_ms })).await?;
-        drop(held);
-        self.write_mark_in_background(worker_id, mark_ms);
-        Ok(Renewal::Ok)
+        let renewal = self.held.renew(lease.worker_id, mark_ms).await?;
+        if renewal == Renewal::Ok {
+            self.write_mark_in_background(lease.worker_id, mark_ms);
+        }
+        Ok(renewal)
     }
 
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
+        let worker_id = lease.worker_id;
+        // Held until the server has the final mark: no renewal slips in between.
         let mut held = self.held.lock().await;
-        let Some(h) = held.as_ref().filter(|h| h.worker_id == lease.worker_id) else {
-            tracing::debug!(worker_id = lease.worker_id, "release of a lease not held");
+        if !held.write_mark(worker_id, final_mark_ms).await? {
+            tracing::debug!(worker_id, "release of a lease not held");
             return Ok(());
-        };
-        let (cache, worker_id) = (h.cache.clone(), h.worker_id);
-        blocking(move || {
-            cache.write(&CacheRecord {
-                worker_id,
-                mark_ms: final_mark_ms,
-            })
-        })
-        .await?;
+        }
         {
             // Waits for a background write in flight, and stops later ones, so the final mark
             // (which may be below the last renewal's) is the one that stays.
@@ -343,8 +316,8 @@ impl WorkerIdRegistry for MysqlRegistry {
                 tracing::warn!(worker_id, error = %e, "final mark not written to mysql");
             }
         }
-        // Dropping the last handle closes the file and with it the directory lock.
-        *held = None;
+        // Closing the file releases the directory lock.
+        held.close();
         Ok(())
     }
 }
