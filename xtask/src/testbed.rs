@@ -353,9 +353,16 @@ fn ensure_debootstrap() -> Result<()> {
         .status()
         .is_ok_and(|s| s.success());
     if !present {
-        eprintln!("xtask testbed: == apt-get install debootstrap");
+        eprintln!("xtask testbed: == apt-get update, apt-get install debootstrap");
+        // A fresh machine's package lists may be missing or stale.
         run_cmd(
-            Command::new("apt-get").args(["install", "-y", "-qq", "debootstrap"]),
+            Command::new("apt-get").args(["update", "-qq"]),
+            "apt-get update",
+        )?;
+        run_cmd(
+            Command::new("apt-get")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["install", "-y", "-qq", "debootstrap"]),
             "apt-get install debootstrap",
         )?;
     }
