@@ -41,11 +41,14 @@ async fn segment_mode_serves_through_a_server_restart_without_repeating_an_id() 
         })
         .await
         .unwrap();
-    let alloc = SegmentAllocator::new(
-        store.clone(),
-        Arc::new(SystemClock::new()),
-        SegmentConfig::default(),
-    );
+    // A loaded CI machine can take longer than the default 10 ms switch wait for one MySQL
+    // transaction; while the server is up this test wants every request served, so the switch
+    // waits long enough for a load, and still far below CALL_BOUND once the server is down.
+    let segment_config = SegmentConfig {
+        switch_wait: Duration::from_millis(500),
+        ..SegmentConfig::default()
+    };
+    let alloc = SegmentAllocator::new(store.clone(), Arc::new(SystemClock::new()), segment_config);
     alloc.init().await.unwrap();
 
     let mut seen = HashSet::new();
