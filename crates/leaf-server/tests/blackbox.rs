@@ -41,16 +41,38 @@ impl Server {
     /// Takes IDs of both modes through every ID route.
     fn take_ids(&self, segment: &mut Vec<i64>, snowflake: &mut Vec<i64>) {
         for _ in 0..20 {
-            segment.push(self.get(&format!("/api/segment/get/{TAG}")).id());
-            segment.push(self.post(&format!("/api/segment/get/{TAG}")).id());
-            snowflake.push(self.get("/api/snowflake/get/any").id());
-            snowflake.push(self.post("/api/snowflake/get/any").id());
+            segment.push(self.served("GET", &format!("/api/segment/get/{TAG}")).id());
+            segment.push(self.served("POST", &format!("/api/segment/get/{TAG}")).id());
+            snowflake.push(self.served("GET", "/api/snowflake/get/any").id());
+            snowflake.push(self.served("POST", "/api/snowflake/get/any").id());
         }
         // Enough to span segments of Leaf's step 2000.
         for _ in 0..3 {
-            segment.extend(self.get(&format!("/v1/segment/{TAG}?count=1500")).ids());
-            snowflake.extend(self.get("/v1/snowflake?count=5000").ids());
+            segment.extend(
+                self.served("GET", &format!("/v1/segment/{TAG}?count=1500"))
+                    .ids(),
+            );
+            snowflake.extend(self.served("GET", "/v1/snowflake?count=5000").ids());
         }
+    }
+
+    /// A request as a Leaf client makes it: a 503 with `Retry-After` (the next segment still
+    /// loading on a busy machine) is asked again a little later; any other answer is returned.
+    fn served(&self, method: &str, path: &str) -> Reply {
+        for _ in 0..100 {
+            let r = match method {
+                "POST" => self.post(path),
+                _ => self.get(path),
+            };
+            if r.status != 503 || r.header("retry-after").is_none() {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "{method} {path}: still 503 after 100 tries\n{}",
+            self.log_text()
+        );
     }
 }
 
