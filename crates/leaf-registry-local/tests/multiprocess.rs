@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -152,14 +152,7 @@ fn a_second_process_with_the_same_cache_dir_is_refused() {
         return hold_child(Path::new(&dir));
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_child(
-        "a_second_process_with_the_same_cache_dir_is_refused",
-        HOLD_ENV,
-        dir.path(),
-    );
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let held = lines.by_ref().map_while(Result::ok).any(|l| l == "HELD");
-    assert!(held, "the child never held the registry");
+    let (mut child, lines) = spawn_holder(dir.path());
     runtime().block_on(async {
         let e = registry(dir.path())
             .acquire(&request(1023))
@@ -289,13 +282,7 @@ fn renew_child(dir: &Path) {
 fn a_killed_holder_leaves_no_stale_lock() {
     // The lock goes with its process, however it ends: a crash never needs a manual clean-up.
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_child(
-        "a_second_process_with_the_same_cache_dir_is_refused",
-        HOLD_ENV,
-        dir.path(),
-    );
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(lines.by_ref().map_while(Result::ok).any(|l| l == "HELD"));
+    let (mut child, _lines) = spawn_holder(dir.path());
     child.kill().unwrap();
     child.wait().unwrap();
     runtime().block_on(async {
@@ -306,4 +293,18 @@ fn a_killed_holder_leaves_no_stale_lock() {
             .expect("the dead holder's lock is gone");
         assert_eq!(lease.worker_id, 7);
     });
+}
+
+/// Starts a child process that holds the local registry on `dir`, and waits until it does.
+/// Returns the child and the rest of its output.
+fn spawn_holder(dir: &Path) -> (Child, std::io::Lines<BufReader<ChildStdout>>) {
+    let mut child = spawn_child(
+        "a_second_process_with_the_same_cache_dir_is_refused",
+        HOLD_ENV,
+        dir,
+    );
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let held = lines.by_ref().map_while(Result::ok).any(|l| l == "HELD");
+    assert!(held, "the child never held the registry");
+    (child, lines)
 }
