@@ -7,10 +7,16 @@
 //! of `LEAFTEST_MYSQL_URL` (a URL naming an existing database), else a container of
 //! `LEAFTEST_MYSQL_IMAGE` (default `leaf-testbed/mariadb:local`, see `cargo xtask testbed`)
 //! started here on a loopback port and removed at the end.
+//!
+//! `cargo xtask bench-http --snowflake-load [--server PATH]`: the segment route at a fixed rate,
+//! alone and while two clients loop snowflake batches (`count=10000`), with the snowflake layout
+//! 41 + 5 + 7 bits unless `LEAF_SNOWFLAKE__*_BITS` say otherwise: a generator that holds a
+//! runtime thread while it waits for the next millisecond shows here as segment latency.
+//! `--server` runs a binary built elsewhere (e.g. an older commit) instead of building one.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,6 +29,13 @@ const CONNECTIONS: u32 = 32;
 const SEGMENT: &str = "/api/segment/get/leaf-segment-test";
 const SNOWFLAKE: &str = "/api/snowflake/get/x";
 const BATCH: &str = "/v1/segment/leaf-segment-test?count=1000";
+const SNOWFLAKE_BATCH: &str = "/v1/snowflake?count=10000";
+/// The fixed rate of the segment route in `--snowflake-load`: far below what it sustains, so
+/// its latency shows waiting on the server, not saturation.
+const PROBE_RATE: f64 = 500.0;
+/// Connections of the segment probe and of the snowflake batch load.
+const PROBE_CONNECTIONS: u32 = 8;
+const LOAD_CONNECTIONS: u32 = 2;
 
 struct Load {
     rps: f64,
@@ -32,14 +45,24 @@ struct Load {
     non_200: u64,
 }
 
-/// `bench-http [SECONDS] [--store sqlite|mysql]`.
+/// `bench-http [SECONDS] [--store sqlite|mysql] [--snowflake-load [--server PATH]]`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 10;
     let mut store = "sqlite".to_string();
+    let mut snowflake_load = false;
+    let mut server: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--store" => store = it.next().context("--store needs sqlite or mysql")?.clone(),
+            "--snowflake-load" => snowflake_load = true,
+            "--server" => {
+                server = Some(
+                    it.next()
+                        .context("--server needs the path of a leaf-server binary")?
+                        .into(),
+                );
+            }
             other => match other.strip_prefix("--store=") {
                 Some(s) => store = s.to_string(),
                 None => {
@@ -52,6 +75,12 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     }
     if Command::new("oha").arg("--version").output().is_err() {
         bail!("oha is not installed: cargo install oha --locked");
+    }
+    if snowflake_load {
+        return under_snowflake_load(root, seconds, server);
+    }
+    if server.is_some() {
+        bail!("--server goes with --snowflake-load");
     }
     match store.as_str() {
         "sqlite" => run_default(root, seconds),
@@ -182,37 +211,18 @@ fn compare_stores(root: &Path, seconds: u64) -> Result<()> {
     );
     let mut rows = Vec::new();
     for (store, url) in [("sqlite", None), ("mysql", Some(mysql.url.as_str()))] {
-        let dir =
-            std::env::temp_dir().join(format!("leaf-bench-http-{store}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let addr = free_addr()?;
-        let mut cmd = Command::new(&binary);
-        cmd.current_dir(&dir)
-            .env("LEAF_SERVER__LISTEN", addr.to_string())
-            .env("LEAF_LOG__LEVEL", "warn")
-            .env("LEAF_SNOWFLAKE__ENABLED", "false")
-            .stdout(Stdio::null());
+        let (mut cmd, dir, addr) = server_command(&binary, store)?;
+        cmd.env("LEAF_SNOWFLAKE__ENABLED", "false");
         if let Some(url) = url {
             cmd.env("LEAF_SEGMENT__STORE", "mysql")
                 .env("LEAF_SEGMENT__URL", url);
         }
-        let started = Instant::now();
-        let mut server = Server(
-            cmd.spawn()
-                .with_context(|| format!("cannot start {}", binary.display()))?,
-        );
-        let first_id = loop {
-            if get(addr, SEGMENT).is_ok_and(|(status, _)| status == 200) {
-                break started.elapsed();
-            }
-            if let Some(status) = server.0.try_wait()? {
-                bail!("leaf-server on {store} exited: {status}");
-            }
-            if started.elapsed() > Duration::from_secs(30) {
-                bail!("leaf-server on {store} gave no ID within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
+        let (mut server, first_id) = Server::start(
+            &mut cmd,
+            &format!("leaf-server on {store}"),
+            addr,
+            &[SEGMENT],
+        )?;
         let url = |path: &str| format!("http://{addr}{path}");
         let single = oha(&url(SEGMENT), seconds, None)?;
         let batch = oha(&url(BATCH), seconds, None)?;
@@ -249,6 +259,78 @@ fn compare_stores(root: &Path, seconds: u64) -> Result<()> {
     println!("- {CONNECTIONS} connections, {seconds} s per run, snowflake mode off");
     println!("- segment loads: allocations from the store during the run (the dynamic step grows");
     println!("  under load, so a store is asked less and less often)");
+    Ok(())
+}
+
+/// The segment route at [`PROBE_RATE`], unloaded and then while [`LOAD_CONNECTIONS`] clients
+/// loop snowflake batches.
+fn under_snowflake_load(root: &Path, seconds: u64, server: Option<PathBuf>) -> Result<()> {
+    let binary = match server {
+        Some(path) => path,
+        None => {
+            crate::cargo(
+                root,
+                "build leaf-server",
+                &["build", "--release", "-p", "leaf-server"],
+            )?;
+            crate::bench::target_dir(root).join("release/leaf-server")
+        }
+    };
+    let (mut cmd, dir, addr) = server_command(&binary, "sfload")?;
+    let mut layout = Vec::new();
+    for (key, default) in [("TIMESTAMP", 41), ("WORKER", 5), ("SEQUENCE", 7)] {
+        let var = format!("LEAF_SNOWFLAKE__{key}_BITS");
+        match std::env::var(&var) {
+            Ok(v) => layout.push(v),
+            Err(_) => {
+                cmd.env(&var, default.to_string());
+                layout.push(default.to_string());
+            }
+        }
+    }
+    let (mut server, _) =
+        Server::start(&mut cmd, "leaf-server", addr, &[SEGMENT, SNOWFLAKE_BATCH])?;
+    let url = |path: &str| format!("http://{addr}{path}");
+    let alone = oha_with(&url(SEGMENT), seconds, Some(PROBE_RATE), PROBE_CONNECTIONS)?;
+    // The load starts first and ends last, so the whole probe runs under it.
+    let load = {
+        let url = url(SNOWFLAKE_BATCH);
+        std::thread::spawn(move || oha_with(&url, seconds + 2, None, LOAD_CONNECTIONS))
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let loaded = oha_with(&url(SEGMENT), seconds, Some(PROBE_RATE), PROBE_CONNECTIONS);
+    let load = load
+        .join()
+        .map_err(|_| anyhow::anyhow!("the snowflake load thread panicked"))?;
+    server.stop();
+    std::fs::remove_dir_all(&dir).ok();
+    let (loaded, load) = (loaded?, load?);
+
+    println!();
+    println!("| segment route at {PROBE_RATE:.0} req/s | p50 ms | p99 ms | p99.9 ms | non-200 |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, l) in [
+        ("alone".to_string(), &alone),
+        (
+            format!("while {LOAD_CONNECTIONS} clients loop snowflake count=10000"),
+            &loaded,
+        ),
+    ] {
+        println!(
+            "| {name} | {:.3} | {:.3} | {:.3} | {} |",
+            l.p50_ms, l.p99_ms, l.p999_ms, l.non_200
+        );
+    }
+    println!();
+    println!(
+        "- snowflake layout {} bits; the batch load: {:.0} req/s, {:.0} IDs/s, p99 {:.3} ms, {} non-200",
+        layout.join(" + "),
+        load.rps,
+        load.rps * 10_000.0,
+        load.p99_ms,
+        load.non_200
+    );
+    println!("- {PROBE_CONNECTIONS} probe connections, {seconds} s per run");
     Ok(())
 }
 
@@ -371,10 +453,52 @@ impl Drop for MysqlServer {
     }
 }
 
+/// The command that runs `binary` in a fresh temporary directory (named after `run`) on a free
+/// loopback address, logging warnings only.
+fn server_command(binary: &Path, run: &str) -> Result<(Command, PathBuf, SocketAddr)> {
+    let dir = std::env::temp_dir().join(format!("leaf-bench-http-{run}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let addr = free_addr()?;
+    let mut cmd = Command::new(binary);
+    cmd.current_dir(&dir)
+        .env("LEAF_SERVER__LISTEN", addr.to_string())
+        .env("LEAF_LOG__LEVEL", "warn")
+        .stdout(Stdio::null());
+    Ok((cmd, dir, addr))
+}
+
 /// Kills the server if the run fails half-way.
 struct Server(Child);
 
 impl Server {
+    /// Starts `cmd` and waits until every path of `ready` answers 200; also gives how long
+    /// that took.
+    fn start(
+        cmd: &mut Command,
+        what: &str,
+        addr: SocketAddr,
+        ready: &[&str],
+    ) -> Result<(Server, Duration)> {
+        let started = Instant::now();
+        let mut server = Server(
+            cmd.spawn()
+                .with_context(|| format!("cannot start {what}"))?,
+        );
+        while !ready
+            .iter()
+            .all(|path| get(addr, path).is_ok_and(|(status, _)| status == 200))
+        {
+            if let Some(status) = server.0.try_wait()? {
+                bail!("{what} exited: {status}");
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("{what} gave no ID within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok((server, started.elapsed()))
+    }
+
     fn stop(&mut self) {
         // SIGTERM lets it write its final mark; the temporary directory goes anyway.
         let _ = Command::new("kill").arg(self.0.id().to_string()).status();
@@ -390,9 +514,13 @@ impl Drop for Server {
 }
 
 fn oha(url: &str, seconds: u64, rate: Option<f64>) -> Result<Load> {
+    oha_with(url, seconds, rate, CONNECTIONS)
+}
+
+fn oha_with(url: &str, seconds: u64, rate: Option<f64>, connections: u32) -> Result<Load> {
     let mut cmd = Command::new("oha");
     cmd.args(["--no-tui", "--output-format", "json", "-c"])
-        .arg(CONNECTIONS.to_string())
+        .arg(connections.to_string())
         .arg("-z")
         .arg(format!("{seconds}s"));
     if let Some(q) = rate {

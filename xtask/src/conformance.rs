@@ -24,29 +24,35 @@ pub(crate) struct Backend {
     /// feature). A crate run without features is left out of `ci`'s workspace tests, which
     /// would repeat it; a crate run with some still gets its default-feature run there.
     features: Option<&'static str>,
+    /// One test target of the crate (`--test NAME`) rather than all of them: the rest of the
+    /// crate runs with the workspace's tests.
+    test: Option<&'static str>,
     /// The variable naming an already running server, for backends with one.
     url_var: Option<&'static str>,
 }
 
-/// Every backend; those whose crate is not in the workspace yet are skipped. ZooKeeper and etcd
-/// are added here, with their testbed images in [`testbed::IMAGES`].
+/// Every backend; those whose crate (or feature) is not in the workspace yet are skipped. etcd is
+/// added here, with its testbed image in [`testbed::IMAGES`].
 const BACKENDS: &[Backend] = &[
     Backend {
         name: "sqlite",
         package: "leaf-registry-local",
         features: None,
+        test: None,
         url_var: None,
     },
     Backend {
         name: "local",
         package: "leaf-registry-local",
         features: None,
+        test: None,
         url_var: None,
     },
     Backend {
         name: "mysql",
         package: "leaf-registry-mysql",
         features: None,
+        test: None,
         url_var: Some("LEAFTEST_MYSQL_URL"),
     },
     // The server on the same MySQL: `tests/mysql.rs` (the router, two processes sharing one
@@ -55,18 +61,67 @@ const BACKENDS: &[Backend] = &[
         name: "mysql",
         package: "leaf-server",
         features: Some("mysql"),
+        test: None,
         url_var: Some("LEAFTEST_MYSQL_URL"),
     },
+    // The ZooKeeper provisioning itself (shared server, dedicated server, ensemble).
+    Backend {
+        name: "zk",
+        package: "leaf-testkit",
+        features: Some("provision"),
+        test: Some("provision_zk"),
+        url_var: Some("LEAFTEST_ZK_URL"),
+    },
+    Backend {
+        name: "zk",
+        package: "leaf-registry-zk",
+        features: None,
+        test: None,
+        url_var: Some("LEAFTEST_ZK_URL"),
+    },
+    // The server in both ZooKeeper modes.
+    Backend {
+        name: "zk",
+        package: "leaf-server",
+        features: Some("zk-normal,zk-recycle"),
+        test: None,
+        url_var: Some("LEAFTEST_ZK_URL"),
+    },
 ];
+
+/// Whether `b`'s crate is in the workspace and declares the features its run needs.
+fn available(root: &Path, b: &Backend) -> bool {
+    let manifest = root.join("crates").join(b.package).join("Cargo.toml");
+    let Ok(text) = std::fs::read_to_string(manifest) else {
+        return false;
+    };
+    b.features
+        .is_none_or(|f| f.split(',').all(|f| declares_feature(&text, f.trim())))
+}
+
+/// Whether the manifest `text` declares `feature` in its `[features]` table.
+fn declares_feature(text: &str, feature: &str) -> bool {
+    let mut in_features = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_features = line == "[features]";
+        } else if in_features
+            && let Some((key, _)) = line.split_once('=')
+            && key.trim().trim_matches('"') == feature
+        {
+            return true;
+        }
+    }
+    false
+}
 
 /// The backend crates present in the workspace whose whole test run is the conformance run
 /// (those run without extra features), each once.
 pub(crate) fn packages(root: &Path) -> Vec<&'static str> {
     let mut packages: Vec<&'static str> = BACKENDS
         .iter()
-        .filter(|b| b.features.is_none())
+        .filter(|b| b.features.is_none() && available(root, b))
         .map(|b| b.package)
-        .filter(|p| root.join("crates").join(p).is_dir())
         .collect();
     packages.dedup();
     packages
@@ -74,6 +129,13 @@ pub(crate) fn packages(root: &Path) -> Vec<&'static str> {
 
 /// `cargo xtask conformance [--backend NAME]...`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
+    run_and_keep_env(root, args).map(drop)
+}
+
+/// [`run`], returning the environment that gave the backends their servers, for the other
+/// tests of the workspace that use the same servers (`leaf-testkit`'s own, built with
+/// `provision` wherever a crate's tests enable it).
+pub(crate) fn run_and_keep_env(root: &Path, args: &[String]) -> Result<Vec<(String, String)>> {
     let mut wanted = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -96,11 +158,13 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         .iter()
         .filter(|b| wanted.is_empty() || wanted.iter().any(|w| w == b.name))
         .filter(|b| {
-            let present = root.join("crates").join(b.package).is_dir();
+            let present = available(root, b);
             if !present {
                 eprintln!(
-                    "xtask conformance: {} ({}) is not in the workspace",
-                    b.name, b.package
+                    "xtask conformance: {} ({}{}) is not in the workspace",
+                    b.name,
+                    b.package,
+                    b.features.map(|f| format!(" with {f}")).unwrap_or_default()
                 );
             }
             present
@@ -112,27 +176,31 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
 
     let env = server_env(root, &selected)?;
 
-    // One run per crate and feature set.
-    let mut runs: Vec<(&str, Option<&str>)> =
-        selected.iter().map(|b| (b.package, b.features)).collect();
+    // One run per crate, feature set and target.
+    let mut runs: Vec<(&str, Option<&str>, Option<&str>)> = selected
+        .iter()
+        .map(|b| (b.package, b.features, b.test))
+        .collect();
     runs.dedup();
     let started = Instant::now();
     let mut failed = Vec::new();
     let mut packages = Vec::new();
-    for (package, features) in runs {
+    for (package, features, test) in runs {
         let names: Vec<&str> = selected
             .iter()
-            .filter(|b| (b.package, b.features) == (package, features))
+            .filter(|b| (b.package, b.features, b.test) == (package, features, test))
             .map(|b| b.name)
             .collect();
         let mut args = vec!["test", "-p", package];
-        let shown = match features {
-            Some(f) => {
-                args.extend(["--features", f]);
-                format!("{package} --features {f}")
-            }
-            None => package.to_string(),
-        };
+        let mut shown = package.to_string();
+        if let Some(f) = features {
+            args.extend(["--features", f]);
+            shown.push_str(&format!(" --features {f}"));
+        }
+        if let Some(t) = test {
+            args.extend(["--test", t]);
+            shown.push_str(&format!(" --test {t}"));
+        }
         let step = format!("conformance {} ({shown})", names.join(", "));
         if let Err(e) = crate::cargo_with_env(root, &step, &args, &env) {
             eprintln!("xtask conformance: {e:#}");
@@ -149,7 +217,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         packages.join(", "),
         started.elapsed().as_secs_f64()
     );
-    Ok(())
+    Ok(env)
 }
 
 /// The environment that gives `selected` backends their servers: for each server backend
@@ -167,7 +235,7 @@ pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(Stri
     }
     let mut done: Vec<&str> = Vec::new();
     for b in selected.iter().filter(|b| needs_server(b)) {
-        // Several crates test on one kind of server (mysql: the backend crate and the server).
+        // Several crates test on one kind of server (the backend crate and the server).
         if done.contains(&b.name) {
             continue;
         }
@@ -272,4 +340,24 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn features_are_found_in_the_features_table_only() {
+        let manifest = "[package]\nname = \"leaf-server\"\n\n[features]\ndefault = []\n\
+                        mysql = [\"dep:leaf-registry-mysql\"]\n\"zk-normal\" = [\"dep:x\"]\n\n\
+                        [dependencies]\nzk-recycle = \"1\"\n";
+        let check = |feature: &str, expect: bool| {
+            assert_eq!(declares_feature(manifest, feature), expect, "{feature}");
+        };
+        check("mysql", true);
+        check("zk-normal", true);
+        check("zk-recycle", false);
+        check("name", false);
+        check("my", false);
+    }
 }

@@ -20,11 +20,12 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test
   bench [--quick] run the criterion benchmarks and print the summary table
-  bench-http [SECONDS] [--store mysql]
+  bench-http [SECONDS] [--store mysql] [--snowflake-load [--server PATH]]
                   the release leaf-server under oha: req/s, latency, batches, RSS, start-up;
-                  with --store mysql: segment mode on SQLite beside MySQL
+                  with --store mysql: segment mode on SQLite beside MySQL;
+                  with --snowflake-load: segment latency alone and under snowflake batches
   conformance [--backend NAME]
-                  run the backend crates' tests on provisioned servers (sqlite, local, mysql)
+                  run the backend crates' tests on provisioned servers (sqlite, local, mysql, zk)
   testbed [--force] [BACKEND...]
                   build the servers' test images locally from Debian packages (needs root)";
 
@@ -75,13 +76,15 @@ fn ci(root: &Path) -> Result<()> {
             "warnings",
         ],
     )?;
-    // The backend crates run on provisioned real servers; everything else needs none.
-    conformance::run(root, &[])?;
+    // The backend crates run on provisioned real servers; the other tests need none, except
+    // `leaf-testkit`'s provisioning tests (built whenever a crate's tests enable `provision`),
+    // which get the same servers.
+    let env = conformance::run_and_keep_env(root, &[])?;
     let mut args = vec!["test", "--workspace", "--all-targets"];
     for package in conformance::packages(root) {
         args.extend(["--exclude", package]);
     }
-    cargo(root, "tests", &args)?;
+    cargo_with_env(root, "tests", &args, &env)?;
     args[2] = "--doc";
     cargo(root, "doc tests", &args)?;
     println!("xtask ci: all steps passed");

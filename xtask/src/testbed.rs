@@ -60,16 +60,75 @@ exec mariadbd --user=mysql --datadir="$datadir" --bind-address=0.0.0.0 --port=33
     --skip-name-resolve "$@"
 "#;
 
-/// The images `cargo xtask testbed` builds. ZooKeeper (`zookeeper`, Java: `proc` is mounted
-/// for its post-install) and etcd (`etcd-server`) are added here the same way.
-pub(crate) const IMAGES: &[ImageSpec] = &[ImageSpec {
-    backend: "mysql",
-    image: "leaf-testbed/mariadb:local",
-    image_var: "LEAFTEST_MYSQL_IMAGE",
-    packages: &["mariadb-server"],
-    entrypoint: ("/usr/local/bin/leaf-testbed-mariadb", MARIADB_ENTRYPOINT),
-    port: 3306,
-}];
+/// ZooKeeper as the official `zookeeper` image behaves for the tests: on first start the
+/// entrypoint writes `/conf/zoo.cfg` from the same variables (`ZOO_SERVERS`, `ZOO_MY_ID`,
+/// `ZOO_4LW_COMMANDS_WHITELIST`, `ZOO_STANDALONE_ENABLED`, `ZOO_CFG_EXTRA`, `ZOO_TICK_TIME`,
+/// ...) and `/data/myid`; a restarted container keeps both, and its data. The server logs to
+/// the console, so that the container's log shows it (Debian's script logs to a file). The JVM
+/// is held small and on the quick-starting compiler (`SERVER_JVMFLAGS` replaces that): test
+/// servers start often and serve little.
+const ZOOKEEPER_ENTRYPOINT: &str = r#"#!/bin/sh
+set -eu
+conf=/conf/zoo.cfg
+data=${ZOO_DATA_DIR:-/data}
+datalog=${ZOO_DATA_LOG_DIR:-/datalog}
+mkdir -p /conf "$data" "$datalog"
+if [ ! -f "$conf" ]; then
+    {
+        echo "dataDir=$data"
+        echo "dataLogDir=$datalog"
+        echo "tickTime=${ZOO_TICK_TIME:-2000}"
+        echo "initLimit=${ZOO_INIT_LIMIT:-5}"
+        echo "syncLimit=${ZOO_SYNC_LIMIT:-2}"
+        echo "maxClientCnxns=${ZOO_MAX_CLIENT_CNXNS:-60}"
+        echo "standaloneEnabled=${ZOO_STANDALONE_ENABLED:-true}"
+        echo "admin.enableServer=false"
+        for server in ${ZOO_SERVERS:-server.1=localhost:2888:3888;2181}; do
+            echo "$server"
+        done
+        if [ -n "${ZOO_4LW_COMMANDS_WHITELIST:-}" ]; then
+            echo "4lw.commands.whitelist=$ZOO_4LW_COMMANDS_WHITELIST"
+        fi
+        for entry in ${ZOO_CFG_EXTRA:-}; do
+            echo "$entry"
+        done
+    } >"$conf"
+fi
+if [ ! -f "$data/myid" ]; then
+    echo "${ZOO_MY_ID:-1}" >"$data/myid"
+fi
+# What `zkServer.sh start-foreground` runs, with slf4j's log4j binding and log4j on the class
+# path: Debian's leaves them out, and the server then logs nothing at all.
+java=/usr/share/java
+exec java ${SERVER_JVMFLAGS:--Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1} \
+    -Dzookeeper.root.logger=INFO,CONSOLE -Dzookeeper.log.dir=/var/log/zookeeper \
+    -cp "/etc/zookeeper/conf:$java/zookeeper.jar:$java/slf4j-log4j12.jar:$java/log4j-1.2.jar" \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$conf"
+"#;
+
+/// The images `cargo xtask testbed` builds. ZooKeeper is Java (`proc` is mounted for its
+/// post-install); etcd (`etcd-server`) is added here the same way.
+pub(crate) const IMAGES: &[ImageSpec] = &[
+    ImageSpec {
+        backend: "mysql",
+        image: "leaf-testbed/mariadb:local",
+        image_var: "LEAFTEST_MYSQL_IMAGE",
+        packages: &["mariadb-server"],
+        entrypoint: ("/usr/local/bin/leaf-testbed-mariadb", MARIADB_ENTRYPOINT),
+        port: 3306,
+    },
+    ImageSpec {
+        backend: "zk",
+        image: "leaf-testbed/zookeeper:local",
+        image_var: "LEAFTEST_ZK_IMAGE",
+        packages: &["zookeeper"],
+        entrypoint: (
+            "/usr/local/bin/leaf-testbed-zookeeper",
+            ZOOKEEPER_ENTRYPOINT,
+        ),
+        port: 2181,
+    },
+];
 
 /// `cargo xtask testbed [--force] [BACKEND...]`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, MutexGuard};
 
-use crate::{Error, Renewal, Result};
+use crate::{AcquireRequest, Error, Lease, LeaseToken, Renewal, Result};
 
 /// What the cache file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +53,7 @@ impl CacheFile {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 return Err(Error::Config(format!(
-                    "snowflake.cache_dir {} is in use by another process; every process needs \
+                    "the worker id cache directory {} is in use by another process; every process needs \
                      its own cache directory",
                     dir.display()
                 )));
@@ -150,20 +150,24 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::backend("cache-file", e))?
 }
 
-/// The lease a workerId registry holds over its cache file: which worker id holds the file, if
-/// any. Every registry keeps one, so that renewing and releasing behave alike in every mode.
+/// The lease a workerId registry holds over its cache file: the open (directory-locked) file,
+/// and which claim holds it, if any. Every registry keeps one, so that renewing, releasing and
+/// abandoning behave alike in every mode.
 ///
-/// One async mutex serialises acquire, renewals and release, so a late renewal can never
-/// overwrite the final mark, and a renewal after the release answers [`Renewal::LeaseLost`].
+/// One async mutex serialises acquire, renewals, release and abandon, so a late renewal can
+/// never overwrite the final mark, and a renewal after the release (or after `forget`) answers
+/// [`Renewal::LeaseLost`]. A claim is matched by worker id *and* [`LeaseToken`].
 #[derive(Debug, Default)]
 pub struct HeldCache {
-    held: Mutex<Option<Held>>,
+    held: Mutex<Held>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Held {
-    worker_id: u64,
-    file: AsyncCacheFile,
+    /// Open while this instance may use the directory: from the first acquire until a release.
+    file: Option<AsyncCacheFile>,
+    /// The claim that may write the file.
+    holder: Option<(u64, LeaseToken)>,
 }
 
 impl HeldCache {
@@ -178,59 +182,179 @@ impl HeldCache {
         HeldCacheGuard(self.held.lock().await)
     }
 
-    /// Writes `mark_ms` for `worker_id`: [`Renewal::Ok`] once it is on disk,
-    /// [`Renewal::LeaseLost`] (nothing written) when `worker_id` does not hold the file.
-    pub async fn renew(&self, worker_id: u64, mark_ms: u64) -> Result<Renewal> {
-        Ok(if self.lock().await.write_mark(worker_id, mark_ms).await? {
-            Renewal::Ok
+    /// Writes `mark_ms` for `lease`: [`Renewal::OK`] once it is on disk,
+    /// [`Renewal::LeaseLost`] (nothing written) when `lease` does not hold the file.
+    pub async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
+        Ok(if self.lock().await.write_mark(lease, mark_ms).await? {
+            Renewal::OK
         } else {
             Renewal::LeaseLost
         })
     }
 
-    /// Writes the final mark for `worker_id`, then closes the file, which unlocks the directory.
-    /// `false`, with nothing written, when `worker_id` does not hold the file. If the write
-    /// fails the file stays held, so the release can be tried again.
-    pub async fn release(&self, worker_id: u64, final_mark_ms: u64) -> Result<bool> {
+    /// Writes the final mark for `lease`, then closes the file, which unlocks the directory.
+    /// `false`, with nothing written, when `lease` does not hold the file. If the write fails
+    /// the file stays held, so the release can be tried again.
+    pub async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<bool> {
         let mut held = self.lock().await;
-        if !held.write_mark(worker_id, final_mark_ms).await? {
+        if !held.write_mark(lease, final_mark_ms).await? {
             return Ok(false);
         }
         held.close();
         Ok(true)
     }
+
+    /// Forgets `lease` (if it is the holder) without writing: its later renewals and releases
+    /// answer as for a lease not held. The file stays open, so the directory stays locked for
+    /// this instance's next acquire.
+    pub async fn forget(&self, lease: &Lease) {
+        self.lock().await.forget(lease);
+    }
 }
 
 /// The locked lease of a [`HeldCache`]; see [`HeldCache::lock`].
 #[derive(Debug)]
-pub struct HeldCacheGuard<'a>(MutexGuard<'a, Option<Held>>);
+pub struct HeldCacheGuard<'a>(MutexGuard<'a, Held>);
 
 impl HeldCacheGuard<'_> {
     /// The worker id holding the file and the file, `None` when nothing is held.
     pub fn held(&self) -> Option<(u64, &AsyncCacheFile)> {
-        self.0.as_ref().map(|h| (h.worker_id, &h.file))
+        let (worker_id, _) = self.0.holder?;
+        self.0.file.as_ref().map(|f| (worker_id, f))
     }
 
-    /// Records that `worker_id` holds `file`, replacing (and closing, if it is the last handle)
-    /// whatever was held.
-    pub fn hold(&mut self, worker_id: u64, file: AsyncCacheFile) {
-        *self.0 = Some(Held { worker_id, file });
+    /// The open file (held or forgotten), or the file `dir/name` opened (and its directory
+    /// locked) now. `Config` if another process holds the directory.
+    pub async fn open(&mut self, dir: &Path, name: &str) -> Result<AsyncCacheFile> {
+        if let Some(f) = &self.0.file {
+            return Ok(f.clone());
+        }
+        let file = AsyncCacheFile::open(dir.to_path_buf(), name).await?;
+        self.0.file = Some(file.clone());
+        Ok(file)
     }
 
-    /// Writes `{worker_id, mark_ms}` if `worker_id` holds the file; `false`, with nothing
-    /// written, if it does not.
-    pub async fn write_mark(&self, worker_id: u64, mark_ms: u64) -> Result<bool> {
-        let Some(h) = self.0.as_ref().filter(|h| h.worker_id == worker_id) else {
+    /// For an acquire: `InvalidInput` if a lease still holds the file (release or abandon it
+    /// first); else the file, opened as [`open`](Self::open) does, and what it records.
+    pub async fn open_unheld(
+        &mut self,
+        dir: &Path,
+        name: &str,
+    ) -> Result<(AsyncCacheFile, Option<CacheRecord>)> {
+        if let Some((id, _)) = self.held() {
+            return Err(Error::InvalidInput(format!(
+                "this registry already holds worker id {id}; release it first"
+            )));
+        }
+        let file = self.open(dir, name).await?;
+        let record = file.read().await?;
+        Ok((file, record))
+    }
+
+    /// Records that `lease` holds `file`, replacing (and closing, if it is the last handle)
+    /// whatever was open.
+    pub fn hold(&mut self, lease: &Lease, file: AsyncCacheFile) {
+        self.0.file = Some(file);
+        self.0.holder = Some((lease.worker_id, lease.token));
+    }
+
+    fn holds(&self, lease: &Lease) -> bool {
+        self.0.holder == Some((lease.worker_id, lease.token)) && self.0.file.is_some()
+    }
+
+    /// Writes `{worker_id, mark_ms}` if `lease` holds the file; `false`, with nothing written,
+    /// if it does not.
+    pub async fn write_mark(&self, lease: &Lease, mark_ms: u64) -> Result<bool> {
+        if !self.holds(lease) {
             return Ok(false);
-        };
-        h.file.write(CacheRecord { worker_id, mark_ms }).await?;
+        }
+        let file = self.0.file.as_ref().expect("holds() checked the file");
+        file.write(CacheRecord {
+            worker_id: lease.worker_id,
+            mark_ms,
+        })
+        .await?;
         Ok(true)
+    }
+
+    /// Forgets `lease` if it holds the file, keeping the file open (and the directory locked).
+    pub fn forget(&mut self, lease: &Lease) {
+        if self.holds(lease) {
+            self.0.holder = None;
+        }
     }
 
     /// Lets go of the file: dropping the last handle closes it and with it the directory lock.
     pub fn close(&mut self) {
-        *self.0 = None;
+        self.0.file = None;
+        self.0.holder = None;
     }
+}
+
+/// The previous mark of `worker_id` from what the registry and the cache file know: the
+/// highest of the two, the cache file's counting only if it was written for the same worker
+/// id (a mark of 0 means none).
+pub fn merge_marks(
+    worker_id: u64,
+    registry_mark: Option<u64>,
+    cached: Option<CacheRecord>,
+) -> Option<u64> {
+    let cached_mark = match cached {
+        Some(r) if r.worker_id == worker_id => Some(r.mark_ms),
+        Some(r) => {
+            tracing::warn!(
+                cached = r.worker_id,
+                assigned = worker_id,
+                "the cache file belongs to another worker id; its mark does not apply"
+            );
+            None
+        }
+        None => None,
+    };
+    registry_mark
+        .filter(|m| *m > 0)
+        .max(cached_mark.filter(|m| *m > 0))
+}
+
+/// Starts from the cache file when the registry of `mode` cannot be reached (`cause`, a
+/// retryable error): the worker id the file holds, with its mark as the previous mark, so the
+/// start-up time check still applies. Every non-recycling registry falls back through here;
+/// a recycling one must not (its id may have been recycled meanwhile).
+///
+/// On success the lease holds `file`. `Unavailable` when the file holds no worker id, `Config`
+/// when the cached id does not fit the layout.
+pub async fn start_from_cache(
+    held: &mut HeldCacheGuard<'_>,
+    file: AsyncCacheFile,
+    cached: Option<CacheRecord>,
+    req: &AcquireRequest,
+    mode: &str,
+    cause: &Error,
+) -> Result<Lease> {
+    let Some(r) = cached else {
+        tracing::error!(mode, path = %file.path().display(), error = %cause, "registry unreachable and no cached worker id");
+        return Err(Error::Unavailable(format!(
+            "the {mode} registry cannot be reached and the cache file holds no worker id to \
+             start from"
+        )));
+    };
+    if r.worker_id > req.max_worker_id {
+        return Err(Error::Config(format!(
+            "{mode} workerId mode: worker id {} of node {} (cache file) does not fit the layout, \
+             whose largest worker id is {}",
+            r.worker_id, req.identity, req.max_worker_id
+        )));
+    }
+    tracing::warn!(
+        mode,
+        worker_id = r.worker_id,
+        mark_ms = r.mark_ms,
+        error = %cause,
+        "registry unreachable: starting from the worker id cache file"
+    );
+    let lease = Lease::new(r.worker_id, (r.mark_ms > 0).then_some(r.mark_ms));
+    held.hold(&lease, file);
+    Ok(lease)
 }
 
 fn parse(text: &str) -> Option<CacheRecord> {
@@ -350,26 +474,69 @@ mod tests {
             .expect("the last clone takes the lock with it");
     }
 
+    fn lease(worker_id: u64) -> Lease {
+        Lease::new(worker_id, None)
+    }
+
+    #[tokio::test]
+    async fn forget_keeps_the_directory_and_refuses_the_forgotten_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = HeldCache::new();
+        let first = lease(3).with_token(LeaseToken::new(1));
+        let file = held.lock().await.open(dir.path(), "worker").await.unwrap();
+        held.lock().await.hold(&first, file);
+        assert_eq!(held.renew(&first, 10).await.unwrap(), Renewal::OK);
+        let other_claim = lease(3).with_token(LeaseToken::new(2));
+        assert_eq!(
+            held.renew(&other_claim, 11).await.unwrap(),
+            Renewal::LeaseLost,
+            "the same worker id under another token is another claim"
+        );
+        held.forget(&first).await;
+        assert_eq!(held.renew(&first, 12).await.unwrap(), Renewal::LeaseLost);
+        assert!(!held.release(&first, 12).await.unwrap());
+        assert!(
+            AsyncCacheFile::open(dir.path(), "worker").await.is_err(),
+            "a forgotten lease keeps the directory locked"
+        );
+        // The same instance acquires again on the file it still has open.
+        let mut g = held.lock().await;
+        let again = g
+            .open(dir.path(), "worker")
+            .await
+            .expect("reuses the open file");
+        assert_eq!(
+            again.read().await.unwrap(),
+            Some(CacheRecord {
+                worker_id: 3,
+                mark_ms: 10
+            })
+        );
+        g.hold(&other_claim, again);
+        drop(g);
+        assert_eq!(held.renew(&other_claim, 13).await.unwrap(), Renewal::OK);
+    }
+
     #[tokio::test]
     async fn held_cache_renews_only_the_held_worker_id() {
         let dir = tempfile::tempdir().unwrap();
         let held = HeldCache::new();
-        assert_eq!(held.renew(3, 10).await.unwrap(), Renewal::LeaseLost);
+        assert_eq!(held.renew(&lease(3), 10).await.unwrap(), Renewal::LeaseLost);
         let file = AsyncCacheFile::open(dir.path(), "worker").await.unwrap();
         {
             let mut g = held.lock().await;
             assert!(g.held().is_none());
-            g.hold(3, file.clone());
+            g.hold(&lease(3), file.clone());
             let (id, f) = g.held().unwrap();
             assert_eq!((id, f.path()), (3, file.path()));
         }
-        assert_eq!(held.renew(3, 20).await.unwrap(), Renewal::Ok);
+        assert_eq!(held.renew(&lease(3), 20).await.unwrap(), Renewal::OK);
         let on_disk = Some(CacheRecord {
             worker_id: 3,
             mark_ms: 20,
         });
         assert_eq!(file.read().await.unwrap(), on_disk);
-        assert_eq!(held.renew(4, 30).await.unwrap(), Renewal::LeaseLost);
+        assert_eq!(held.renew(&lease(4), 30).await.unwrap(), Renewal::LeaseLost);
         assert_eq!(
             file.read().await.unwrap(),
             on_disk,
@@ -383,13 +550,19 @@ mod tests {
         let held = HeldCache::new();
         let file = AsyncCacheFile::open(dir.path(), "worker").await.unwrap();
         let path = file.path().to_path_buf();
-        held.lock().await.hold(5, file);
-        held.renew(5, 50).await.unwrap();
-        assert!(!held.release(6, 1).await.unwrap(), "not the held worker id");
+        held.lock().await.hold(&lease(5), file);
+        held.renew(&lease(5), 50).await.unwrap();
+        assert!(
+            !held.release(&lease(6), 1).await.unwrap(),
+            "not the held worker id"
+        );
         assert!(AsyncCacheFile::open(dir.path(), "worker").await.is_err());
-        assert!(held.release(5, 40).await.unwrap());
-        assert_eq!(held.renew(5, 60).await.unwrap(), Renewal::LeaseLost);
-        assert!(!held.release(5, 70).await.unwrap(), "released once only");
+        assert!(held.release(&lease(5), 40).await.unwrap());
+        assert_eq!(held.renew(&lease(5), 60).await.unwrap(), Renewal::LeaseLost);
+        assert!(
+            !held.release(&lease(5), 70).await.unwrap(),
+            "released once only"
+        );
         let reopened = AsyncCacheFile::open(dir.path(), "worker")
             .await
             .expect("the release unlocks the directory");
@@ -408,15 +581,16 @@ mod tests {
     async fn guard_write_then_close_keeps_others_waiting() {
         let dir = tempfile::tempdir().unwrap();
         let held = Arc::new(HeldCache::new());
-        held.lock()
-            .await
-            .hold(2, AsyncCacheFile::open(dir.path(), "worker").await.unwrap());
+        held.lock().await.hold(
+            &lease(2),
+            AsyncCacheFile::open(dir.path(), "worker").await.unwrap(),
+        );
         let mut g = held.lock().await;
-        assert!(g.write_mark(2, 7).await.unwrap());
-        assert!(!g.write_mark(9, 8).await.unwrap());
+        assert!(g.write_mark(&lease(2), 7).await.unwrap());
+        assert!(!g.write_mark(&lease(9), 8).await.unwrap());
         let renewer = tokio::spawn({
             let held = held.clone();
-            async move { held.renew(2, 100).await }
+            async move { held.renew(&lease(2), 100).await }
         });
         tokio::task::yield_now().await;
         assert!(!renewer.is_finished(), "a renewal waits for the guard");

@@ -6,12 +6,30 @@ use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
 
 /// A boxed future, as returned by [`Clock::sleep`] (keeps `Clock` dyn-compatible).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs `fut`, failing with `Unavailable` if it takes longer than `limit` (tokio's time): a
+/// `backend` that stopped answering (paused, partitioned) never hangs a caller. `what` names
+/// the call in the message.
+pub async fn bounded<T>(
+    backend: &str,
+    limit: Duration,
+    what: &str,
+    fut: impl Future<Output = crate::Result<T>>,
+) -> crate::Result<T> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(crate::Error::Unavailable(format!(
+            "{backend} did not complete {what} within {} ms",
+            limit.as_millis()
+        ))),
+    }
+}
 
 /// A wall clock, a monotonic clock, and a way to wait in that clock's time.
 pub trait Clock: Send + Sync + Debug {
@@ -26,18 +44,39 @@ pub trait Clock: Send + Sync + Debug {
 }
 
 /// The operating system's clocks and tokio's timer.
+///
+/// The monotonic clock is `CLOCK_BOOTTIME` on Linux: it keeps counting while the machine is
+/// suspended, which `Instant` (`CLOCK_MONOTONIC`) does not. Fencing a leased worker id needs
+/// that: after a suspend longer than the lease's TTL the id may belong to another node, and a
+/// clock that skipped the suspend would still call the lease valid. Elsewhere it is `Instant`.
 #[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
-    origin: Instant,
+    origin: Duration,
 }
 
 impl SystemClock {
     /// A system clock whose monotonic origin is now.
     pub fn new() -> Self {
-        SystemClock {
-            origin: Instant::now(),
-        }
+        SystemClock { origin: boottime() }
     }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn boottime() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    // Both fields are non-negative for this clock; `try_from` keeps that an assumption checked.
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn boottime() -> Duration {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed()
 }
 
 impl Default for SystemClock {
@@ -57,7 +96,7 @@ impl Clock for SystemClock {
 
     #[inline]
     fn monotonic(&self) -> Duration {
-        self.origin.elapsed()
+        boottime().saturating_sub(self.origin)
     }
 
     fn sleep(&self, d: Duration) -> BoxFuture<'_, ()> {
@@ -174,6 +213,30 @@ impl Future for YieldOnce {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `/proc/uptime` counts from boot including suspend, as `CLOCK_BOOTTIME` does; the
+    /// monotonic clock's source must agree with it (`CLOCK_MONOTONIC` would fall behind it by
+    /// every suspend the machine went through).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn monotonic_source_is_boottime() {
+        let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let source = boottime().as_secs_f64();
+        assert!(
+            (source - uptime).abs() < 1.0,
+            "boottime {source} s vs /proc/uptime {uptime} s"
+        );
+        let clock = SystemClock::new();
+        let a = clock.monotonic();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(clock.monotonic() >= a + Duration::from_millis(5));
+    }
 
     #[test]
     fn system_clock_is_near_the_os_time() {

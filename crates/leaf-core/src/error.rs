@@ -31,6 +31,14 @@ pub enum Error {
         /// Whether the generator waited before giving up.
         waited: bool,
     },
+    /// The wall clock stepped forward by more than the generator trusts (more than
+    /// `max_forward_step` beyond what the monotonic clock counted): nothing is issued, and no
+    /// time mark is written, until it comes back within that bound (Leaf's code -3).
+    #[error("the wall clock jumped {ahead_ms} ms ahead of the monotonic clock")]
+    ClockJumpedForward {
+        /// How far the wall clock is ahead of the monotonic clock's reckoning.
+        ahead_ms: u64,
+    },
     /// The worker id's lease was lost (recycled, expired or fenced); no ID is issued with it.
     #[error("worker id lease lost: {0}")]
     LeaseLost(String),
@@ -69,6 +77,7 @@ impl Error {
             self,
             Error::Unavailable(_)
                 | Error::ClockMovedBackwards { .. }
+                | Error::ClockJumpedForward { .. }
                 | Error::LeaseLost(_)
                 | Error::Backend { .. }
         )
@@ -96,6 +105,7 @@ mod tests {
             },
             true,
         );
+        check(Error::ClockJumpedForward { ahead_ms: 90_000 }, true);
         check(Error::backend("sqlite", "disk i/o error"), true);
     }
 

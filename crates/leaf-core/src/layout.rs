@@ -39,35 +39,44 @@ impl Default for SnowflakeLayout {
 }
 
 impl SnowflakeLayout {
-    /// A layout; `Config` unless the fields total at most 63 bits, the timestamp has at least 1
-    /// bit, the sequence at least 1 bit, and `epoch_ms` plus the timestamp range fits `u64`.
+    /// A layout; `Config` unless each field has at most 63 bits and together at most 63, the
+    /// timestamp has at least 1 bit, the sequence at least 1 bit, and `epoch_ms` plus the
+    /// timestamp range fits `u64`. Errors name the field (`worker_bits`); a caller reading these
+    /// from configuration adds its own key prefix.
     pub fn new(
         timestamp_bits: u32,
         worker_bits: u32,
         sequence_bits: u32,
         epoch_ms: u64,
     ) -> Result<Self> {
-        let total = timestamp_bits + worker_bits + sequence_bits;
+        // Each field is bounded before any sum: a `u32` sum of configured values can wrap
+        // (63 + 4294967284 + 12 is 15) and pass a total check.
+        for (field, bits) in [
+            ("timestamp_bits", timestamp_bits),
+            ("worker_bits", worker_bits),
+            ("sequence_bits", sequence_bits),
+        ] {
+            if bits > 63 {
+                return Err(Error::Config(format!(
+                    "{field} is {bits}, at most 63 are allowed"
+                )));
+            }
+        }
+        let total = u64::from(timestamp_bits) + u64::from(worker_bits) + u64::from(sequence_bits);
         if total > 63 {
             return Err(Error::Config(format!(
-                "snowflake.timestamp_bits + worker_bits + sequence_bits is {total}, at most 63 \
-                 are allowed (the sign bit is never used)"
+                "timestamp_bits + worker_bits + sequence_bits is {total}, at most 63 are allowed \
+                 (the sign bit is never used)"
             )));
         }
         if timestamp_bits == 0 {
-            return Err(Error::Config(
-                "snowflake.timestamp_bits must be at least 1".into(),
-            ));
+            return Err(Error::Config("timestamp_bits must be at least 1".into()));
         }
         if sequence_bits == 0 {
-            return Err(Error::Config(
-                "snowflake.sequence_bits must be at least 1".into(),
-            ));
+            return Err(Error::Config("sequence_bits must be at least 1".into()));
         }
         if epoch_ms.checked_add(mask(timestamp_bits)).is_none() {
-            return Err(Error::Config(format!(
-                "snowflake.epoch_ms {epoch_ms} is too large"
-            )));
+            return Err(Error::Config(format!("epoch_ms {epoch_ms} is too large")));
         }
         Ok(SnowflakeLayout {
             timestamp_bits,
@@ -82,7 +91,7 @@ impl SnowflakeLayout {
     pub fn check_now(&self, now_ms: u64) -> Result<()> {
         if self.epoch_ms > now_ms {
             return Err(Error::Config(format!(
-                "snowflake.epoch_ms {} is in the future (now is {now_ms})",
+                "epoch_ms {} is in the future (now is {now_ms})",
                 self.epoch_ms
             )));
         }
@@ -244,22 +253,54 @@ pub fn utc_parts(ms: u64) -> (i64, u32, u32, u32, u32, u32, u32) {
 mod tests {
     use super::*;
 
-    fn check(bits: (u32, u32, u32), ok: bool) {
+    /// `expect`: `None` for a valid layout, else a field name the error must name.
+    fn check(bits: (u32, u32, u32), expect: Option<&str>) {
         let r = SnowflakeLayout::new(bits.0, bits.1, bits.2, TWITTER_EPOCH_MS);
-        assert_eq!(r.is_ok(), ok, "layout {bits:?}: {r:?}");
+        match (expect, r) {
+            (None, Ok(_)) => {}
+            (Some(field), Err(Error::Config(m))) => {
+                assert!(m.contains(field), "layout {bits:?}: {m} names {field}")
+            }
+            (expect, r) => panic!("layout {bits:?}: expected {expect:?}, got {r:?}"),
+        }
     }
 
     #[test]
     fn layout_validation_table() {
-        check((41, 10, 12), true);
-        check((41, 5, 7), true); // 53 bits: JavaScript-safe
-        check((42, 9, 12), true);
-        check((63, 0, 0), false);
-        check((62, 0, 1), true);
-        check((41, 10, 13), false); // 64 bits: would reach the sign bit
-        check((50, 10, 12), false);
-        check((0, 10, 12), false);
-        check((41, 10, 0), false);
+        check((41, 10, 12), None);
+        check((41, 5, 7), None); // 53 bits: JavaScript-safe
+        check((42, 9, 12), None);
+        check((63, 0, 0), Some("sequence_bits"));
+        check((62, 0, 1), None);
+        check(
+            (41, 10, 13),
+            Some("timestamp_bits + worker_bits + sequence_bits"),
+        ); // sign bit
+        check(
+            (50, 10, 12),
+            Some("timestamp_bits + worker_bits + sequence_bits"),
+        );
+        check((0, 10, 12), Some("timestamp_bits"));
+        check((41, 10, 0), Some("sequence_bits"));
+        // The issue's reproduction: a u32 sum wraps to 15 and the layout issued duplicates.
+        check((63, 4_294_967_284, 12), Some("worker_bits"));
+        check((u32::MAX, 1, 1), Some("timestamp_bits"));
+        check((1, 1, u32::MAX), Some("sequence_bits"));
+        check((64, 0, 1), Some("timestamp_bits"));
+        check((1, 64, 1), Some("worker_bits"));
+        check((1, 0, 64), Some("sequence_bits"));
+        check((21, 21, 21), None);
+        check(
+            (22, 21, 21),
+            Some("timestamp_bits + worker_bits + sequence_bits"),
+        );
+    }
+
+    #[test]
+    fn layout_errors_name_fields_not_server_keys() {
+        // The server adds its `snowflake.` prefix; the library names its own fields.
+        let e = SnowflakeLayout::new(63, 4_294_967_284, 12, TWITTER_EPOCH_MS).unwrap_err();
+        assert!(!e.to_string().contains("snowflake."), "{e}");
     }
 
     #[test]

@@ -10,11 +10,12 @@ pub mod store;
 mod tag;
 
 pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord, HeldCache, HeldCacheGuard};
-pub use clock::{BoxFuture, Clock, ManualClock, SystemClock};
+pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, bounded};
 pub use error::{Error, Result};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS};
 pub use registry::{
-    AcquireRequest, Lease, NodeIdentity, RegistryCapabilities, Renewal, WorkerIdRegistry,
+    AcquireRequest, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity, RegistryCapabilities,
+    Renewal, WorkerIdRegistry, min_lease_ttl,
 };
 pub use store::{
     Allocation, DEFAULT_STEP, NewTag, SegmentStore, StoreCapabilities, TagRecord, TagUpdate,

@@ -3,17 +3,23 @@
 //!
 //! The contract, from the generator's side:
 //! 1. [`acquire`](WorkerIdRegistry::acquire) returns a [`Lease`]: the worker id, the highest
-//!    time mark known for it (registry and cache file), and in recycling modes the lease TTL.
-//!    The generator issues no timestamp at or below that mark.
+//!    time mark known for it (registry and cache file), in recycling modes the lease TTL, and a
+//!    token naming this claim. The generator issues no timestamp at or below that mark. The
+//!    request carries the caller's renew period and fencing margin; a recycling registry grants
+//!    a TTL above [`min_lease_ttl`] of them, and stores it with the lease so that whoever
+//!    recycles the id uses the owner's TTL, not its own configuration.
 //! 2. Every `mark_renew_ms` the generator calls [`renew`](WorkerIdRegistry::renew) with a mark
 //!    ahead of what it issues. `Renewal::Ok` means the mark is durable (cache file fsynced, and
-//!    in recycling modes the registry written, conditional on the version last seen) and the
-//!    lease extended. The generator never issues a timestamp above the last durable mark.
+//!    in recycling modes the registry written, conditional on the version last seen and on the
+//!    lease's token) and the lease extended by the TTL it carries. The generator never issues a
+//!    timestamp above the last durable mark.
 //! 3. Fencing (recycling modes): the caller reads its monotonic clock *before* `renew`; on `Ok`
-//!    it may issue until that instant + TTL - a safety margin, and nothing after.
-//!    `Renewal::LeaseLost` stops it at once.
+//!    it may issue until that instant + the granted TTL - a safety margin, and nothing after.
+//!    `Renewal::LeaseLost` stops it at once, and the caller
+//!    [`abandon`](WorkerIdRegistry::abandon)s the lease (as after any failed start) before it
+//!    acquires another.
 //! 4. [`release`](WorkerIdRegistry::release) at graceful shutdown records the last timestamp
-//!    actually issued, so a clean restart does not wait.
+//!    actually issued, so a clean restart does not wait. A failed release may be retried.
 
 use std::fmt::{self, Debug};
 use std::time::Duration;
@@ -53,8 +59,24 @@ impl Debug for NodeIdentity {
     }
 }
 
-/// What the generator asks a registry for.
+/// Allowance for a renewal's round trip (and one slow answer), on top of the renew period and
+/// the fencing margin, when judging whether a lease TTL leaves the holder time to renew.
+pub const LEASE_LATENCY_ALLOWANCE: Duration = Duration::from_secs(1);
+
+/// The smallest TTL a lease may have for a holder that renews every `renew_period` and stops
+/// issuing `fencing_margin` before the TTL runs out: a TTL must be strictly above this.
+///
+/// With a smaller one the holder self-fences part of every period: its validity (TTL minus
+/// margin, counted from before a renewal) ends before the next renewal's answer arrives.
+pub fn min_lease_ttl(renew_period: Duration, fencing_margin: Duration) -> Duration {
+    renew_period
+        .saturating_add(fencing_margin)
+        .saturating_add(LEASE_LATENCY_ALLOWANCE)
+}
+
+/// What the generator asks a registry for. Build it with [`AcquireRequest::new`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AcquireRequest {
     /// Who asks.
     pub identity: NodeIdentity,
@@ -65,10 +87,71 @@ pub struct AcquireRequest {
     /// A recycled id whose mark is further ahead of `now_ms` than this is handed back and
     /// another one is claimed, rather than making the node wait (another machine's clock ran fast).
     pub max_ahead_ms: u64,
+    /// How often the caller renews the lease.
+    pub renew_period: Duration,
+    /// How long before the end of the TTL the caller stops issuing.
+    pub fencing_margin: Duration,
 }
 
-/// A worker id held by this node.
+impl AcquireRequest {
+    /// A request for `identity` at wall-clock time `now_ms`, with the generator's defaults:
+    /// `max_ahead_ms` 10 s, renewal every second, a fencing margin of one second.
+    pub fn new(identity: NodeIdentity, max_worker_id: u64, now_ms: u64) -> Self {
+        AcquireRequest {
+            identity,
+            max_worker_id,
+            now_ms,
+            max_ahead_ms: 10_000,
+            renew_period: Duration::from_secs(1),
+            fencing_margin: Duration::from_secs(1),
+        }
+    }
+
+    /// With `max_ahead_ms` set.
+    pub fn with_max_ahead_ms(mut self, max_ahead_ms: u64) -> Self {
+        self.max_ahead_ms = max_ahead_ms;
+        self
+    }
+
+    /// With the caller's renew period and fencing margin, which bound the TTL a recycling
+    /// registry may grant.
+    pub fn with_timing(mut self, renew_period: Duration, fencing_margin: Duration) -> Self {
+        self.renew_period = renew_period;
+        self.fencing_margin = fencing_margin;
+        self
+    }
+
+    /// The TTL a recycling registry must exceed for this caller: see [`min_lease_ttl`].
+    pub fn min_ttl(&self) -> Duration {
+        min_lease_ttl(self.renew_period, self.fencing_margin)
+    }
+}
+
+/// The opaque identity of one claim of a worker id: what tells this claim from an earlier or
+/// later claim of the same id (a znode's creation zxid, an etcd lease id, a row version).
+/// Registries that never recycle may leave it [`LeaseToken::NONE`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LeaseToken(u64);
+
+impl LeaseToken {
+    /// No token: the worker id alone identifies the claim.
+    pub const NONE: LeaseToken = LeaseToken(0);
+
+    /// A token from the registry's own value.
+    pub const fn new(value: u64) -> Self {
+        LeaseToken(value)
+    }
+
+    /// The registry's value.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// A worker id held by this node. Built by registries with [`Lease::new`] and the `with_`
+/// methods, so that fields can be added without breaking them.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Lease {
     /// The worker id.
     pub worker_id: u64,
@@ -77,15 +160,55 @@ pub struct Lease {
     pub prev_mark_ms: Option<u64>,
     /// The lease's time to live, in recycling modes; `None` where the id is never taken away.
     pub ttl: Option<Duration>,
+    /// Which claim of `worker_id` this is; renew, release and abandon compare it.
+    pub token: LeaseToken,
+}
+
+impl Lease {
+    /// A lease on `worker_id` with no TTL and no token.
+    pub fn new(worker_id: u64, prev_mark_ms: Option<u64>) -> Self {
+        Lease {
+            worker_id,
+            prev_mark_ms,
+            ttl: None,
+            token: LeaseToken::NONE,
+        }
+    }
+
+    /// With a TTL (recycling modes).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// With the claim's token.
+    pub fn with_token(mut self, token: LeaseToken) -> Self {
+        self.token = token;
+        self
+    }
 }
 
 /// The outcome of a renewal that reached the registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renewal {
-    /// The mark is durable and the lease (if any) extended.
-    Ok,
+    /// The mark is durable and the lease (if any) extended by `ttl`, counted from before the
+    /// call; `None` where the id is never taken away.
+    Ok {
+        /// The TTL actually granted.
+        ttl: Option<Duration>,
+    },
     /// The lease is gone (recycled, expired, or written by someone else): stop issuing with it.
     LeaseLost,
+}
+
+impl Renewal {
+    /// A successful renewal of a lease without TTL.
+    pub const OK: Renewal = Renewal::Ok { ttl: None };
+
+    /// Whether the renewal succeeded.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Renewal::Ok { .. })
+    }
 }
 
 /// What a registry does beyond the required methods; the conformance suite picks cases by it.
@@ -97,15 +220,27 @@ pub struct RegistryCapabilities {
     /// Distinct identities get distinct ids by themselves (a shared registry). `false` for
     /// `local`, where the ids come from configuration.
     pub assigns_distinct_ids: bool,
+    /// A non-recycling registry that holds each identity exclusively while its node runs: a
+    /// second live process with the same `ip:port` fails to acquire (`mysql`'s user lock,
+    /// `zk_normal`'s ephemeral node). `false` for `local` (no shared server to ask) and for
+    /// recycling modes (an identity holds no id of its own there).
+    pub exclusive_identity: bool,
 }
 
 impl RegistryCapabilities {
-    /// Capabilities with the given flags.
+    /// Capabilities with the given flags, and no exclusive identity.
     pub const fn new(recycles: bool, assigns_distinct_ids: bool) -> Self {
         RegistryCapabilities {
             recycles,
             assigns_distinct_ids,
+            exclusive_identity: false,
         }
+    }
+
+    /// With `exclusive_identity` set.
+    pub const fn with_exclusive_identity(mut self, exclusive: bool) -> Self {
+        self.exclusive_identity = exclusive;
+        self
     }
 }
 
@@ -127,6 +262,20 @@ pub trait WorkerIdRegistry: Send + Sync + Debug {
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal>;
 
     /// Records the final mark (the last timestamp issued) and gives the id up: a recycling
-    /// registry returns it to the pool, every registry unlocks its cache file.
+    /// registry returns it to the pool, every registry unlocks its cache file. On an error
+    /// nothing is given up and the caller may call it again.
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()>;
+
+    /// The last mark the shared registry confirmed, where it keeps a copy written apart from the
+    /// durable one (the `mysql` mode writes its row in the background); `None` where there is
+    /// no such copy or nothing was confirmed yet. Its lag behind the durable mark is a metric.
+    fn confirmed_mark_ms(&self) -> Option<u64> {
+        None
+    }
+
+    /// Forgets `lease` locally, without reaching any server: after `LeaseLost`, or when a start
+    /// fails after `acquire`. Later renewals and releases of it answer as for a lease not
+    /// held; the cache directory stays locked by this instance, and the next `acquire` on it
+    /// works. A recycling registry's server-side claim simply expires.
+    async fn abandon(&self, lease: &Lease);
 }

@@ -69,7 +69,7 @@ impl NewTag {
         }
     }
 
-    /// Checks the numbers: `max_id` at least 0, step at least 1.
+    /// Checks the numbers (`max_id` at least 0, step at least 1) and the description's length.
     pub fn validate(&self) -> Result<()> {
         if self.max_id < 0 {
             return Err(Error::InvalidInput(format!(
@@ -77,7 +77,8 @@ impl NewTag {
                 self.max_id
             )));
         }
-        validate_step(self.step)
+        validate_step(self.step)?;
+        validate_description(self.description.as_deref())
     }
 }
 
@@ -91,12 +92,12 @@ pub struct TagUpdate {
 }
 
 impl TagUpdate {
-    /// Checks the numbers.
+    /// Checks the step and the description's length.
     pub fn validate(&self) -> Result<()> {
-        match self.step {
-            Some(step) => validate_step(step),
-            None => Ok(()),
+        if let Some(step) = self.step {
+            validate_step(step)?;
         }
+        validate_description(self.description.as_deref())
     }
 }
 
@@ -114,14 +115,31 @@ pub fn validate_step(step: i64) -> Result<()> {
     }
 }
 
-/// The `max_id` after adding `step`, or `Exhausted` past `i64::MAX`. Every store uses this so
-/// that an overflowing row fails the same way everywhere.
-pub fn checked_advance(tag: &Tag, max_id: i64, step: i64) -> Result<i64> {
-    max_id.checked_add(step).ok_or_else(|| {
-        Error::Exhausted(format!(
-            "tag {tag} cannot advance max_id {max_id} by {step} without passing i64::MAX"
-        ))
-    })
+/// The longest description, in characters: Leaf's `description` column is a `varchar(256)`.
+pub const MAX_DESCRIPTION_CHARS: usize = 256;
+
+/// Checks that a description fits Leaf's column.
+fn validate_description(description: Option<&str>) -> Result<()> {
+    match description.map(|d| d.chars().count()) {
+        Some(n) if n > MAX_DESCRIPTION_CHARS => Err(Error::InvalidInput(format!(
+            "description must be at most {MAX_DESCRIPTION_CHARS} characters, got {n}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The step an allocation adds to `max_id`: `step`, or what is left before `i64::MAX` when
+/// less (so the last IDs of a tag are handed out, not lost to an overflow); `Exhausted` once
+/// `max_id` is at `i64::MAX`. Every store uses this so that a tag ends the same way everywhere.
+pub fn clamp_step(tag: &Tag, max_id: i64, step: i64) -> Result<i64> {
+    // A negative `max_id` (a row written by another tool) leaves more than `i64::MAX`.
+    let left = i64::MAX.saturating_sub(max_id);
+    if left == 0 {
+        return Err(Error::Exhausted(format!(
+            "tag {tag} has no ids left: max_id is at i64::MAX"
+        )));
+    }
+    Ok(step.min(left))
 }
 
 /// What a store can do beyond the required methods; the conformance suite picks cases by it.
@@ -158,7 +176,9 @@ pub trait SegmentStore: Send + Sync + Debug {
 
     /// Reserves the next range of `tag` in one transaction: `max_id = max_id + step` where `step`
     /// is `step` if given (Leaf's dynamic step) or the stored one, then reads the row.
-    /// `NotFound` for an unknown tag; `Exhausted` if `max_id` would pass `i64::MAX`.
+    /// Near the end the step is cut to what is left before `i64::MAX` ([`clamp_step`]), so
+    /// `used_step` may be below the step asked for. `NotFound` for an unknown tag; `Exhausted`
+    /// once `max_id` is at `i64::MAX`.
     async fn allocate(&self, tag: &Tag, step: Option<i64>) -> Result<Allocation>;
 
     /// One tag's row, `None` if unknown.
@@ -201,6 +221,35 @@ mod tests {
     }
 
     #[test]
+    fn description_validation_table() {
+        // Leaf's column is varchar(256): characters, not bytes.
+        let check = |description: Option<String>, ok: bool| {
+            let n = description.as_ref().map(|d| d.chars().count());
+            let new = NewTag {
+                description: description.clone(),
+                ..NewTag::new(Tag::new("t").unwrap())
+            };
+            assert_eq!(new.validate().is_ok(), ok, "new, {n:?} characters");
+            let update = TagUpdate {
+                step: None,
+                description,
+            };
+            let r = update.validate();
+            assert_eq!(r.is_ok(), ok, "update, {n:?} characters");
+            if let Err(e) = r {
+                assert!(matches!(e, Error::InvalidInput(_)), "{e}");
+                assert!(e.to_string().contains("256"), "{e}");
+            }
+        };
+        check(None, true);
+        check(Some(String::new()), true);
+        check(Some("x".repeat(256)), true);
+        check(Some("\u{e9}".repeat(256)), true);
+        check(Some("x".repeat(257)), false);
+        check(Some("\u{e9}".repeat(257)), false);
+    }
+
+    #[test]
     fn step_validation_table() {
         let check = |step: i64, ok: bool| assert_eq!(validate_step(step).is_ok(), ok, "{step}");
         check(1, true);
@@ -220,12 +269,21 @@ mod tests {
     }
 
     #[test]
-    fn advance_overflow_is_exhausted() {
+    fn the_step_is_clamped_to_what_is_left() {
         let t = Tag::new("t").unwrap();
-        assert_eq!(checked_advance(&t, 1, 2000).unwrap(), 2001);
-        assert!(matches!(
-            checked_advance(&t, i64::MAX - 10, 2000),
-            Err(Error::Exhausted(_))
-        ));
+        let check = |max_id: i64, step: i64, expect: Option<i64>| {
+            let got = clamp_step(&t, max_id, step);
+            match expect {
+                Some(used) => assert_eq!(got.unwrap(), used, "{max_id} + {step}"),
+                None => assert!(matches!(got, Err(Error::Exhausted(_))), "{max_id} + {step}"),
+            }
+        };
+        check(1, 2000, Some(2000));
+        check(i64::MAX - 2000, 2000, Some(2000));
+        check(i64::MAX - 10, 2000, Some(10));
+        check(i64::MAX - 1, MAX_STEP, Some(1));
+        check(i64::MAX, 1, None);
+        check(-5, MAX_STEP, Some(MAX_STEP));
+        check(i64::MIN, 7, Some(7));
     }
 }

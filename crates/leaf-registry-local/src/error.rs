@@ -1,5 +1,7 @@
 //! Maps sqlx's errors to `leaf_core::Error` kinds.
 
+use std::path::Path;
+
 use leaf_core::Error;
 
 /// The backend name in `Error::Backend`.
@@ -8,6 +10,8 @@ pub(crate) const BACKEND: &str = "sqlite";
 // SQLite's primary result codes (the low byte of an extended code).
 const SQLITE_BUSY: i32 = 5;
 const SQLITE_LOCKED: i32 = 6;
+const SQLITE_CORRUPT: i32 = 11;
+const SQLITE_NOTADB: i32 = 26;
 
 /// What an sqlx error means to Leaf. `what` names the object for the kinds that carry it
 /// (`AlreadyExists`).
@@ -17,7 +21,7 @@ pub(crate) fn map_sqlx(e: sqlx::Error, what: &str) -> Error {
             Error::AlreadyExists(what.to_string())
         }
         sqlx::Error::Configuration(c) => {
-            Error::Config(format!("segment.url is not a usable sqlite database: {c}"))
+            Error::Config(format!("url is not a usable sqlite database: {c}"))
         }
         // Busy, locked, I/O, pool timeouts and the rest: the next attempt may work, and
         // `Backend` is retryable.
@@ -25,14 +29,31 @@ pub(crate) fn map_sqlx(e: sqlx::Error, what: &str) -> Error {
     }
 }
 
+/// Opening `file` failed. A file that is not a SQLite database, or a corrupt one, does not
+/// mend by itself: `Config`, naming the file, so that start-up stops. Anything else (a lock held
+/// by another program, an I/O error) is retryable, as [`map_sqlx`] says.
+pub(crate) fn map_open(e: sqlx::Error, file: &Path) -> Error {
+    if primary_code(&e).is_some_and(|c| matches!(c, SQLITE_CORRUPT | SQLITE_NOTADB)) {
+        return Error::Config(format!(
+            "url: {} is not a usable sqlite database (corrupt, or another kind of file): {e}",
+            file.display()
+        ));
+    }
+    map_sqlx(e, "database")
+}
+
 /// Whether another connection held the lock we needed: worth another try.
 pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
+    primary_code(e).is_some_and(|c| matches!(c, SQLITE_BUSY | SQLITE_LOCKED))
+}
+
+fn primary_code(e: &sqlx::Error) -> Option<i32> {
     match e {
         sqlx::Error::Database(db) => db
             .code()
             .and_then(|c| c.parse::<i32>().ok())
-            .is_some_and(|c| matches!(c & 0xff, SQLITE_BUSY | SQLITE_LOCKED)),
-        _ => false,
+            .map(|c| c & 0xff),
+        _ => None,
     }
 }
 
@@ -109,7 +130,7 @@ mod tests {
     fn bad_configuration_names_the_key() {
         let e = map_sqlx(sqlx::Error::Configuration("bad mode".into()), "x");
         assert!(
-            matches!(&e, Error::Config(m) if m.contains("segment.url")),
+            matches!(&e, Error::Config(m) if m.starts_with("url")),
             "{e}"
         );
     }

@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
+use leaf_core::cache_file::merge_marks;
 use leaf_core::{
-    AcquireRequest, AsyncCacheFile, Error, HeldCache, Lease, NodeIdentity, RegistryCapabilities,
-    Renewal, Result, WorkerIdRegistry,
+    AcquireRequest, Error, HeldCache, Lease, NodeIdentity, RegistryCapabilities, Renewal, Result,
+    WorkerIdRegistry,
 };
 
 use crate::config::LocalRegistryConfig;
@@ -46,14 +47,14 @@ impl LocalRegistry {
         let key = identity.to_string();
         let id = *map.get(&key).ok_or_else(|| {
             Error::Config(format!(
-                "node {key} has no worker id in snowflake.local.work_id_map (it lists {})",
+                "work_id_map: node {key} has no worker id in it (it lists {})",
                 map.keys().cloned().collect::<Vec<_>>().join(", ")
             ))
         })?;
         // Two nodes with one id would issue the same IDs: refuse the whole map.
         if let Some((other, _)) = map.iter().find(|(k, v)| **v == id && **k != key) {
             return Err(Error::Config(format!(
-                "snowflake.local.work_id_map gives worker id {id} to both {key} and {other}"
+                "work_id_map gives worker id {id} to both {key} and {other}"
             )));
         }
         Ok(id)
@@ -74,9 +75,9 @@ impl WorkerIdRegistry for LocalRegistry {
         let worker_id = self.worker_id_for(&req.identity)?;
         if worker_id > req.max_worker_id {
             let key = if self.config.work_id_map.is_empty() {
-                "snowflake.local.worker_id"
+                "worker_id"
             } else {
-                "snowflake.local.work_id_map"
+                "work_id_map"
             };
             return Err(Error::Config(format!(
                 "{key}: worker id {worker_id} of node {} does not fit the layout, whose largest \
@@ -85,46 +86,32 @@ impl WorkerIdRegistry for LocalRegistry {
             )));
         }
         let mut held = self.held.lock().await;
-        let cache = match held.held() {
-            Some((id, cache)) if id == worker_id => cache.clone(),
-            Some((id, _)) => {
-                return Err(Error::InvalidInput(format!(
-                    "this registry already holds worker id {id}; release it first"
-                )));
-            }
-            None => AsyncCacheFile::open(self.cache_dir.clone(), &self.file_name).await?,
-        };
-        let record = cache.read().await?;
-        let prev_mark_ms = match record {
-            Some(r) if r.worker_id == worker_id => Some(r.mark_ms),
-            Some(r) => {
-                tracing::warn!(
-                    cached = r.worker_id,
-                    configured = worker_id,
-                    "the cache file belongs to another worker id; its mark does not apply"
-                );
-                None
-            }
-            None => None,
-        };
+        if let Some((id, _)) = held.held().filter(|(id, _)| *id != worker_id) {
+            return Err(Error::InvalidInput(format!(
+                "this registry already holds worker id {id}; release it first"
+            )));
+        }
+        let cache = held.open(&self.cache_dir, &self.file_name).await?;
+        let prev_mark_ms = merge_marks(worker_id, None, cache.read().await?);
         tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, "local worker id acquired");
-        held.hold(worker_id, cache);
-        Ok(Lease {
-            worker_id,
-            prev_mark_ms,
-            ttl: None,
-        })
+        let lease = Lease::new(worker_id, prev_mark_ms);
+        held.hold(&lease, cache);
+        Ok(lease)
     }
 
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
-        self.held.renew(lease.worker_id, mark_ms).await
+        self.held.renew(lease, mark_ms).await
     }
 
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
         // Closing the file releases the directory lock.
-        if !self.held.release(lease.worker_id, final_mark_ms).await? {
+        if !self.held.release(lease, final_mark_ms).await? {
             tracing::debug!(worker_id = lease.worker_id, "release of a lease not held");
         }
         Ok(())
+    }
+
+    async fn abandon(&self, lease: &Lease) {
+        self.held.forget(lease).await;
     }
 }

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use leaf_core::store::{checked_advance, validate_step};
+use leaf_core::store::{clamp_step, validate_step};
 use leaf_core::{
     Allocation, Error, NewTag, Result, SegmentStore, StoreCapabilities, Tag, TagRecord, TagUpdate,
 };
@@ -16,7 +16,7 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row};
 
 use crate::config::SqliteStoreConfig;
-use crate::error::{is_busy, map_sqlx};
+use crate::error::{is_busy, map_open, map_sqlx};
 
 /// Leaf's `leaf_alloc` table in SQLite's dialect: the same columns, types and defaults as the
 /// MySQL DDL Leaf ships, so rows copy across unchanged.
@@ -58,7 +58,7 @@ impl SqliteStore {
         let opts = SqliteConnectOptions::from_str(&config.url)
             .map_err(|e| {
                 Error::Config(format!(
-                    "segment.url {:?} is not a valid sqlite url: {e}",
+                    "url {:?} is not a valid sqlite url: {e}",
                     config.url
                 ))
             })?
@@ -79,19 +79,27 @@ impl SqliteStore {
             create_parent(opts.get_filename())?;
             enable_wal(&opts, busy).await?;
         }
+        let file = opts.get_filename().to_path_buf();
         let pool = pool
             .connect_with(opts)
             .await
-            .map_err(|e| map_sqlx(e, "database"))?;
+            .map_err(|e| map_open(e, &file))?;
         sqlx::query(LEAF_ALLOC_DDL)
             .execute(&pool)
             .await
-            .map_err(|e| map_sqlx(e, "table leaf_alloc"))?;
+            .map_err(|e| map_open(e, &file))?;
         tracing::debug!(url = %config.url, "sqlite segment store ready");
         Ok(SqliteStore {
             pool,
             durable: !in_memory,
         })
+    }
+
+    /// The capabilities of a store opened with `config`, known before the file can be opened:
+    /// a file is durable and shared by processes, an in-memory database neither.
+    pub fn capabilities_of(config: &SqliteStoreConfig) -> StoreCapabilities {
+        let durable = !is_in_memory(&config.url);
+        StoreCapabilities::new(durable, durable)
     }
 
     /// [`connect`](Self::connect) with the default pool settings.
@@ -121,7 +129,7 @@ fn create_parent(file: &Path) -> Result<()> {
     match file.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir).map_err(|e| {
             Error::Config(format!(
-                "segment.url: cannot create the directory {}: {e}",
+                "url: cannot create the directory {}: {e}",
                 dir.display()
             ))
         }),
@@ -147,7 +155,7 @@ async fn enable_wal(opts: &SqliteConnectOptions, busy: Duration) -> Result<()> {
             Err(e) if is_busy(&e) && start.elapsed() < busy => {
                 tokio::time::sleep(Duration::from_millis(5 * attempt.min(10))).await;
             }
-            Err(e) => return Err(map_sqlx(e, "database")),
+            Err(e) => return Err(map_open(e, opts.get_filename())),
         }
     }
 }
@@ -194,9 +202,9 @@ impl SegmentStore for SqliteStore {
             .ok_or_else(|| not_found(tag))?;
         let max_id: i64 = row.try_get("max_id").map_err(err)?;
         let stored: i64 = row.try_get("step").map_err(err)?;
-        let used_step = step.unwrap_or(stored);
-        // SQLite turns an overflowing integer into a float instead of failing: check first.
-        checked_advance(tag, max_id, used_step)?;
+        // Also keeps the sum below i64::MAX: SQLite turns an overflowing integer into a float
+        // instead of failing.
+        let used_step = clamp_step(tag, max_id, step.unwrap_or(stored))?;
         sqlx::query(
             "UPDATE leaf_alloc SET max_id = max_id + ?, update_time = CURRENT_TIMESTAMP \
              WHERE biz_tag = ?",

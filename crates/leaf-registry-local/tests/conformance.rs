@@ -132,4 +132,5 @@ leaf_testkit::registry_conformance!(
     async { LocalFixture::new() },
     recycles = false,
     assigns_distinct_ids = false,
+    exclusive_identity = false,
 );

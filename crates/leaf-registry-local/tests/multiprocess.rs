@@ -48,12 +48,11 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn request(worker_bits_max: u64) -> AcquireRequest {
-    AcquireRequest {
-        identity: NodeIdentity::new("10.0.0.1", 8080),
-        max_worker_id: worker_bits_max,
-        now_ms: 1_700_000_000_000,
-        max_ahead_ms: 10_000,
-    }
+    AcquireRequest::new(
+        NodeIdentity::new("10.0.0.1", 8080),
+        worker_bits_max,
+        1_700_000_000_000,
+    )
 }
 
 fn registry(dir: &Path) -> LocalRegistry {
@@ -272,7 +271,7 @@ fn renew_child(dir: &Path) {
         let mut mark = prev;
         loop {
             mark += 1;
-            assert_eq!(r.renew(&lease, mark).await.expect("renew"), Renewal::Ok);
+            assert_eq!(r.renew(&lease, mark).await.expect("renew"), Renewal::OK);
             println!("MARK {mark}");
         }
     });

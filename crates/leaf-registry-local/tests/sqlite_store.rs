@@ -187,12 +187,50 @@ async fn a_write_lock_held_past_the_busy_timeout_is_a_retryable_backend_error() 
 }
 
 #[tokio::test]
+async fn opening_a_locked_file_is_retryable_and_a_corrupt_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = url(&dir, "locked.db");
+    let config = SqliteStoreConfig {
+        url: u.clone(),
+        max_connections: 1,
+        busy_timeout_ms: 100,
+    };
+    // A file another program holds exclusively, in SQLite's default (rollback) journal mode.
+    let mut other = SqliteConnection::connect(&format!("{u}?mode=rwc"))
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE other (x INTEGER)")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let tx = other.begin_with("BEGIN EXCLUSIVE").await.unwrap();
+    let e = SqliteStore::connect(&config).await.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    tx.rollback().await.unwrap();
+    let store = SqliteStore::connect(&config).await.unwrap();
+    assert!(store.list().await.unwrap().is_empty());
+
+    let bad = dir.path().join("corrupt.db");
+    std::fs::write(&bad, "this is not a sqlite database ".repeat(200)).unwrap();
+    let e = SqliteStore::connect_url(&url(&dir, "corrupt.db"))
+        .await
+        .unwrap_err();
+    assert!(!e.is_retryable(), "{e}");
+    let m = e.to_string();
+    assert!(
+        m.contains("configuration error: url: ") && m.contains("corrupt.db"),
+        "{m}"
+    );
+    assert!(m.contains("not a usable sqlite database"), "{m}");
+}
+
+#[tokio::test]
 async fn a_bad_url_is_a_config_error_naming_the_key() {
     let e = SqliteStore::connect_url("sqlite://x.db?mode=bogus")
         .await
         .unwrap_err();
     assert!(
-        matches!(&e, Error::Config(m) if m.contains("segment.url")),
+        matches!(&e, Error::Config(m) if m.starts_with("url")),
         "{e}"
     );
     let dir = tempfile::tempdir().unwrap();
@@ -200,7 +238,7 @@ async fn a_bad_url_is_a_config_error_naming_the_key() {
     let under_a_file = format!("sqlite://{}", dir.path().join("file/leaf.db").display());
     let e = SqliteStore::connect_url(&under_a_file).await.unwrap_err();
     assert!(
-        matches!(&e, Error::Config(m) if m.contains("segment.url")),
+        matches!(&e, Error::Config(m) if m.starts_with("url")),
         "{e}"
     );
 }

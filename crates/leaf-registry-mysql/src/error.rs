@@ -44,9 +44,26 @@ pub(crate) fn is_duplicate(e: &sqlx::Error) -> bool {
     number(e) == Some(ER_DUP_ENTRY)
 }
 
-/// What an sqlx error means to Leaf. `what` names the object for `AlreadyExists`; `key` is the
-/// configuration key of the server's URL, for the kinds a configuration change must fix.
+/// What an sqlx error met at start-up means: as [`map_sqlx`], except that refused credentials
+/// or an unknown database are `Config` (the operator must fix the URL; start-up stops with it).
+pub(crate) fn map_sqlx_at_start(e: sqlx::Error, what: &str, key: &str) -> Error {
+    match number(&e) {
+        Some(ER_ACCESS_DENIED | ER_DBACCESS_DENIED | ER_BAD_DB) => {
+            Error::Config(format!("{key}: the server refused it: {e}"))
+        }
+        _ => map_sqlx(e, what, key),
+    }
+}
+
+/// What an sqlx error means to Leaf while serving. `what` names the object for `AlreadyExists`;
+/// `key` is the configuration key of the server's URL, for the kinds a configuration change
+/// must fix. Messages of retryable kinds are fixed texts (clients may see them); the server's
+/// own text goes to the log.
 pub(crate) fn map_sqlx(e: sqlx::Error, what: &str, key: &str) -> Error {
+    let unavailable = |e: &dyn std::fmt::Display, msg: &str| {
+        tracing::warn!(error = %e, "{msg}");
+        Error::Unavailable(msg.to_owned())
+    };
     match number(&e) {
         Some(ER_DUP_ENTRY) => return Error::AlreadyExists(what.to_string()),
         Some(ER_LOCK_WAIT_TIMEOUT) => {
@@ -61,10 +78,12 @@ pub(crate) fn map_sqlx(e: sqlx::Error, what: &str, key: &str) -> Error {
             return Error::Exhausted(format!("{what}: max_id would pass the bigint column's end"));
         }
         Some(ER_SERVER_SHUTDOWN | ER_CON_COUNT | ER_QUERY_INTERRUPTED) => {
-            return Error::Unavailable(format!("mysql: {e}"));
+            return unavailable(&e, "mysql is shutting down or refuses connections");
         }
+        // Credentials revoked or rotated while serving: an outage to wait out (503), not a
+        // client's mistake; start-up reports it as configuration (`map_sqlx_at_start`).
         Some(ER_ACCESS_DENIED | ER_DBACCESS_DENIED | ER_BAD_DB) => {
-            return Error::Config(format!("{key}: the server refused it: {e}"));
+            return unavailable(&e, "mysql refused the configured credentials or database");
         }
         Some(ER_NO_SUCH_TABLE | ER_BAD_FIELD) => {
             return Error::Config(format!(
@@ -79,9 +98,9 @@ pub(crate) fn map_sqlx(e: sqlx::Error, what: &str, key: &str) -> Error {
         sqlx::Error::PoolTimedOut => {
             Error::Unavailable("mysql: no connection available within connect_timeout_ms".into())
         }
-        sqlx::Error::Io(io) => Error::Unavailable(format!("mysql: {io}")),
+        sqlx::Error::Io(io) => unavailable(&io, "mysql cannot be reached"),
         sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => {
-            Error::Unavailable(format!("mysql: {e}"))
+            unavailable(&e, "mysql connection pool is closed")
         }
         // Protocol and other errors: the next attempt may work, and `Backend` is retryable.
         other => Error::backend(BACKEND, other),
@@ -95,13 +114,7 @@ pub(crate) async fn bounded<T>(
     what: &str,
     fut: impl Future<Output = leaf_core::Result<T>>,
 ) -> leaf_core::Result<T> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(Error::Unavailable(format!(
-            "mysql did not complete {what} within {} ms",
-            limit.as_millis()
-        ))),
-    }
+    leaf_core::bounded("mysql", limit, what, fut).await
 }
 
 #[cfg(test)]
@@ -111,7 +124,7 @@ mod tests {
     #[test]
     fn client_side_errors_by_kind() {
         let check = |e: sqlx::Error, retryable: bool| {
-            let e = map_sqlx(e, "tag t", "segment.url");
+            let e = map_sqlx(e, "tag t", "url");
             assert_eq!(e.is_retryable(), retryable, "{e}");
             e
         };
@@ -124,7 +137,7 @@ mod tests {
         assert!(matches!(e, Error::Unavailable(_)), "{e}");
         let e = check(sqlx::Error::Configuration("bad".into()), false);
         assert!(
-            matches!(&e, Error::Config(m) if m.starts_with("segment.url")),
+            matches!(&e, Error::Config(m) if m.starts_with("url")),
             "{e}"
         );
         let e = check(sqlx::Error::Protocol("garbled".into()), true);

@@ -4,19 +4,20 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
+use leaf_core::cache_file::{merge_marks, start_from_cache};
 use leaf_core::{
-    AcquireRequest, AsyncCacheFile, CacheRecord, Error, HeldCache, Lease, NodeIdentity,
-    RegistryCapabilities, Renewal, Result, WorkerIdRegistry,
+    AcquireRequest, CacheRecord, Error, HeldCache, Lease, NodeIdentity, RegistryCapabilities,
+    Renewal, Result, WorkerIdRegistry,
 };
-use sqlx::Row;
-use sqlx::mysql::MySqlPool;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
+use sqlx::{ConnectOptions, Row};
 use tokio::sync::Mutex;
 
 use crate::config::{MysqlConfig, MysqlRegistryConfig};
-use crate::error::{bounded, is_duplicate, map_sqlx};
+use crate::error::{bounded, is_duplicate, map_sqlx, map_sqlx_at_start};
 use crate::store::{ensure_table, pool};
 
 /// The fork's DDL for `leaf_workerid_alloc`, exactly. It runs only when the table is missing;
@@ -24,7 +25,7 @@ use crate::store::{ensure_table, pool};
 pub const LEAF_WORKERID_ALLOC_DDL: &str = "CREATE TABLE leaf_workerid_alloc (id int(10) unsigned NOT NULL AUTO_INCREMENT, ip_port varchar(128) NOT NULL DEFAULT '', ip varchar(64) NOT NULL DEFAULT '', port varchar(64) NOT NULL DEFAULT '', max_timestamp bigint(20) DEFAULT NULL, create_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP, update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, PRIMARY KEY (id), UNIQUE KEY ip_port (ip_port)) ENGINE=InnoDB;";
 
 /// The configuration key of the registry's URL, named in messages.
-const KEY: &str = "snowflake.mysql.url";
+const KEY: &str = "url";
 
 /// The `mysql` workerId mode, as in the fork (NotFound9/Leaf): each node (`ip:port`) owns one
 /// row of `leaf_workerid_alloc`, and the row's auto-increment `id` **is** its worker id, for
@@ -32,27 +33,52 @@ const KEY: &str = "snowflake.mysql.url";
 /// handed out; keeping the fork's rule (rather than `id - 1`) means a fleet moving from the fork
 /// keeps every node's worker id. An id above the layout's largest worker id fails start-up.
 ///
-/// `max_timestamp` holds the node's time mark. The cache file (`{cache_dir}/worker-{name}`)
-/// holds the worker id and the mark too, written and fsynced on every renewal: it is what makes
-/// a mark durable, and when the server cannot be reached at start-up the node starts from it,
-/// with its mark, so the start-up time check is never skipped.
+/// `max_timestamp` holds the node's time mark; renewals only ever raise it
+/// (`GREATEST(COALESCE(max_timestamp, 0), ?)`), and only the graceful release may lower it to the
+/// last timestamp issued. The cache file (`{cache_dir}/worker-{name}`) holds the worker id and
+/// the mark too, written and fsynced on every renewal: it is what makes a mark durable, and when
+/// the server cannot be reached at start-up the node starts from it, with its mark, so the
+/// start-up time check is never skipped.
+///
+/// **Exclusivity.** While it holds its worker id the node holds the MySQL user lock
+/// `GET_LOCK('leaf_workerid:{ip:port}')` on a dedicated connection (the fork's table is
+/// unchanged), so a second live process with the same `ip:port` (two containers that both see
+/// `172.17.0.2`, say) fails to start with an error naming the identity instead of issuing the
+/// same IDs. If that connection drops, the lock is taken again in the background; if another
+/// process took it meanwhile, the next renewal answers `LeaseLost`.
 pub struct MysqlRegistry {
     pool: MySqlPool,
     config: MysqlConfig,
     cache_dir: PathBuf,
     file_name: String,
     held: HeldCache,
-    /// Serialises mark writes to the server; see [`MarkWriter`].
-    marks: Arc<MarkWriter>,
+    /// Serialises mark writes to the server and keeps the identity lock; see [`ServerSide`].
+    server: Arc<ServerSide>,
 }
 
-/// The server copy of the mark is written in the background (the cache file is the durable
-/// record), at most one write at a time; after `release` no background write may land and
-/// raise the final mark again.
+/// The server side of a held worker id: the copy of the mark, written in the background (the
+/// cache file is the durable record), at most one write at a time, and the identity lock.
+/// After `release` no background write may land and raise the final mark again.
 #[derive(Default)]
-struct MarkWriter {
-    lock: Mutex<bool>,
+struct ServerSide {
+    state: Mutex<ServerState>,
     in_flight: AtomicBool,
+    /// Another process holds the identity lock: the lease is lost.
+    lost: AtomicBool,
+    /// The last mark the server confirmed (Unix ms), 0 before the first.
+    confirmed_mark_ms: AtomicU64,
+}
+
+#[derive(Default)]
+struct ServerState {
+    released: bool,
+    /// The identity lock's name and its connection, while held.
+    lock: Option<IdentityLock>,
+}
+
+struct IdentityLock {
+    name: String,
+    conn: Option<MySqlConnection>,
 }
 
 impl fmt::Debug for MysqlRegistry {
@@ -80,7 +106,34 @@ impl MysqlRegistry {
             cache_dir: cache_dir.into(),
             file_name: format!("worker-{name}"),
             held: HeldCache::new(),
-            marks: Arc::default(),
+            server: Arc::default(),
+        })
+    }
+
+    fn lock_name(&self, identity: &NodeIdentity) -> Result<String> {
+        let opts = self.config.connect_options(KEY)?;
+        Ok(lock_name(opts.get_database().unwrap_or_default(), identity))
+    }
+
+    /// Takes the identity lock on a dedicated connection; `AlreadyExists` naming the identity if
+    /// another live session holds it.
+    async fn lock_identity(&self, identity: &NodeIdentity) -> Result<IdentityLock> {
+        let opts = self.config.connect_options(KEY)?;
+        let name = lock_name(opts.get_database().unwrap_or_default(), identity);
+        let mut conn = opts
+            .connect()
+            .await
+            .map_err(|e| map_sqlx_at_start(e, "the identity lock", KEY))?;
+        if !get_lock(&mut conn, &name).await? {
+            return Err(Error::AlreadyExists(format!(
+                "node identity {identity} is in use by another live process (mysql lock \
+                 {name:?}); two processes with one ip:port would issue the same ids: give each \
+                 its own ip and port"
+            )));
+        }
+        Ok(IdentityLock {
+            name,
+            conn: Some(conn),
         })
     }
 
@@ -115,7 +168,7 @@ impl MysqlRegistry {
                     format!("the leaf_workerid_alloc row of {ip_port} vanished after a duplicate"),
                 )
             }),
-            Err(e) => Err(map_sqlx(e, &ip_port, KEY)),
+            Err(e) => Err(map_sqlx_at_start(e, &ip_port, KEY)),
         }
     }
 
@@ -125,48 +178,150 @@ impl MysqlRegistry {
                 .bind(ip_port)
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(|e| map_sqlx(e, ip_port, KEY))?;
+                .map_err(|e| map_sqlx_at_start(e, ip_port, KEY))?;
         row.map(|r| {
-            let id: u32 = r.try_get("id").map_err(|e| map_sqlx(e, ip_port, KEY))?;
+            let id: u32 = r
+                .try_get("id")
+                .map_err(|e| map_sqlx_at_start(e, ip_port, KEY))?;
             let mark: Option<i64> = r
                 .try_get("max_timestamp")
-                .map_err(|e| map_sqlx(e, ip_port, KEY))?;
+                .map_err(|e| map_sqlx_at_start(e, ip_port, KEY))?;
             Ok((u64::from(id), mark))
         })
         .transpose()
     }
 
-    /// Writes `mark_ms` to the worker's row in the background, unless a write is in flight
-    /// (the next renewal carries a later mark anyway).
+    /// Writes `mark_ms` to the worker's row in the background, on the identity lock's
+    /// connection (re-taking the lock if that connection dropped), unless a write is in flight:
+    /// the next renewal carries a later mark anyway.
     fn write_mark_in_background(&self, worker_id: u64, mark_ms: u64) {
-        if self.marks.in_flight.swap(true, Ordering::AcqRel) {
+        if self.server.in_flight.swap(true, Ordering::AcqRel) {
             return;
         }
-        let (pool, marks, limit) = (self.pool.clone(), self.marks.clone(), self.config.timeout());
+        let (server, opts, limit) = (
+            self.server.clone(),
+            self.config.connect_options(KEY),
+            self.config.timeout(),
+        );
         tokio::spawn(async move {
-            let released = marks.lock.lock().await;
-            if !*released {
+            let mut state = server.state.lock().await;
+            if !state.released {
                 let r = bounded(
                     limit,
                     "the mark update",
-                    write_mark(&pool, worker_id, mark_ms),
+                    renew_on_server(&mut state, opts, worker_id, mark_ms),
                 )
                 .await;
-                if let Err(e) = r {
-                    tracing::debug!(worker_id, error = %e, "mark not written to mysql; the cache file has it");
+                match r {
+                    Ok(true) => {
+                        server
+                            .confirmed_mark_ms
+                            .fetch_max(mark_ms, Ordering::Relaxed);
+                    }
+                    Ok(false) => {
+                        tracing::error!(
+                            worker_id,
+                            "another process took this node's identity lock while the mysql \
+                             connection was down; worker id lost"
+                        );
+                        server.lost.store(true, Ordering::Release);
+                    }
+                    Err(e) => {
+                        tracing::warn!(worker_id, mark_ms, error = %e, "mark not written to mysql; the cache file has it");
+                    }
                 }
             }
-            drop(released);
-            marks.in_flight.store(false, Ordering::Release);
+            drop(state);
+            server.in_flight.store(false, Ordering::Release);
         });
     }
 }
 
-async fn write_mark(pool: &MySqlPool, worker_id: u64, mark_ms: u64) -> Result<()> {
-    sqlx::query("UPDATE leaf_workerid_alloc SET max_timestamp = ? WHERE id = ?")
+/// The name of the identity lock. User locks are server-wide, so the name carries the
+/// database (two deployments on one server do not share identities); MySQL allows 64
+/// characters, so a long name is hashed.
+fn lock_name(database: &str, identity: &NodeIdentity) -> String {
+    let id = format!("{database}/{identity}");
+    let name = format!("leaf_workerid:{id}");
+    if name.len() <= 64 {
+        return name;
+    }
+    // FNV-1a: stable across processes and versions (unlike std's hasher).
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("leaf_workerid:{hash:016x}")
+}
+
+/// `GET_LOCK(name, 0)`: whether this session got (or already had) the lock.
+async fn get_lock(conn: &mut MySqlConnection, name: &str) -> Result<bool> {
+    let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| map_sqlx(e, "the identity lock", KEY))?;
+    Ok(got == Some(1))
+}
+
+/// Writes the mark on the lock's connection, reconnecting and re-taking the lock first if the
+/// connection is gone. `Ok(false)`: another session holds the lock now.
+async fn renew_on_server(
+    state: &mut ServerState,
+    opts: Result<MySqlConnectOptions>,
+    worker_id: u64,
+    mark_ms: u64,
+) -> Result<bool> {
+    let Some(lock) = state.lock.as_mut() else {
+        return Ok(true);
+    };
+    if lock.conn.is_none() {
+        let mut conn = opts?
+            .connect()
+            .await
+            .map_err(|e| map_sqlx(e, "the identity lock", KEY))?;
+        if !get_lock(&mut conn, &lock.name).await? {
+            return Ok(false);
+        }
+        tracing::info!(lock = %lock.name, "mysql identity lock taken again after a reconnect");
+        lock.conn = Some(conn);
+    }
+    let conn = lock.conn.as_mut().expect("connected above");
+    match write_mark(&mut *conn, worker_id, mark_ms, MarkWrite::Raise).await {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            // The session (and with it the lock) may be gone: reconnect next time.
+            lock.conn = None;
+            Err(e)
+        }
+    }
+}
+
+/// How a mark write treats the stored mark.
+#[derive(Clone, Copy)]
+enum MarkWrite {
+    /// Renewals: the stored mark never goes backwards.
+    Raise,
+    /// The graceful release: the last timestamp issued, which may be below the last renewal's.
+    Final,
+}
+
+async fn write_mark<'c>(
+    conn: impl sqlx::MySqlExecutor<'c>,
+    worker_id: u64,
+    mark_ms: u64,
+    how: MarkWrite,
+) -> Result<()> {
+    let sql = match how {
+        MarkWrite::Raise => {
+            "UPDATE leaf_workerid_alloc SET max_timestamp = GREATEST(COALESCE(max_timestamp, 0), ?) \
+             WHERE id = ?"
+        }
+        MarkWrite::Final => "UPDATE leaf_workerid_alloc SET max_timestamp = ? WHERE id = ?",
+    };
+    sqlx::query(sql)
         .bind(i64::try_from(mark_ms).unwrap_or(i64::MAX))
         .bind(worker_id)
-        .execute(pool)
+        .execute(conn)
         .await
         .map_err(|e| map_sqlx(e, "leaf_workerid_alloc", KEY))?;
     Ok(())
@@ -174,8 +329,8 @@ async fn write_mark(pool: &MySqlPool, worker_id: u64, mark_ms: u64) -> Result<()
 
 fn too_large(worker_id: u64, identity: &NodeIdentity, max: u64, source: &str) -> Error {
     Error::Config(format!(
-        "snowflake.mode = \"mysql\": worker id {worker_id} of node {identity} ({source}) does not \
-         fit the layout, whose largest worker id is {max}; widen snowflake.worker_bits or remove \
+        "mysql workerId mode: worker id {worker_id} of node {identity} ({source}) does not fit \
+         the layout, whose largest worker id is {max}; widen the layout's worker bits or remove \
          unused rows from leaf_workerid_alloc and reset its AUTO_INCREMENT"
     ))
 }
@@ -187,84 +342,60 @@ impl WorkerIdRegistry for MysqlRegistry {
     }
 
     fn capabilities(&self) -> RegistryCapabilities {
-        RegistryCapabilities::new(false, true)
+        RegistryCapabilities::new(false, true).with_exclusive_identity(true)
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
         let mut held = self.held.lock().await;
-        if let Some((id, _)) = held.held() {
-            return Err(Error::InvalidInput(format!(
-                "this registry already holds worker id {id}; release it first"
-            )));
-        }
-        // The lock first: a second process on this cache directory must not start at all.
-        let cache = AsyncCacheFile::open(self.cache_dir.clone(), &self.file_name).await?;
-        let cached = cache.read().await?;
+        // The cache directory's lock first: a second process on it must not start at all.
+        let (cache, cached) = held.open_unheld(&self.cache_dir, &self.file_name).await?;
 
         let limit = self.config.timeout() + self.config.connect_timeout();
-        let (worker_id, server_mark) =
-            match bounded(limit, "the worker id lookup", self.row_for(&req.identity)).await {
-                Ok((id, mark)) => {
-                    if id > req.max_worker_id {
-                        return Err(too_large(
-                            id,
-                            &req.identity,
-                            req.max_worker_id,
-                            "leaf_workerid_alloc",
-                        ));
-                    }
-                    (
-                        id,
-                        mark.and_then(|m| u64::try_from(m).ok()).filter(|m| *m > 0),
-                    )
+        let found = bounded(limit, "the worker id lookup", async {
+            // The identity lock before the row: two processes with one identity must not
+            // both start, whoever inserts the row. An abandoned lease kept its lock.
+            let lock = match self.server.state.lock().await.lock.take() {
+                Some(lock)
+                    if lock.name == self.lock_name(&req.identity)? && lock.conn.is_some() =>
+                {
+                    lock
                 }
-                // The server is down: start from the cache file, mark included.
-                Err(e) if e.is_retryable() => {
-                    let Some(r) = cached else {
-                        return Err(Error::Unavailable(format!(
-                            "mysql cannot be reached ({e}) and {} holds no worker id to start from",
-                            cache.path().display()
-                        )));
-                    };
-                    if r.worker_id > req.max_worker_id {
-                        return Err(too_large(
-                            r.worker_id,
-                            &req.identity,
-                            req.max_worker_id,
-                            "cache file",
-                        ));
-                    }
-                    tracing::warn!(
-                        worker_id = r.worker_id,
-                        mark_ms = r.mark_ms,
-                        error = %e,
-                        "mysql unreachable: starting from the worker id cache file"
-                    );
-                    let prev_mark_ms = (r.mark_ms > 0).then_some(r.mark_ms);
-                    held.hold(r.worker_id, cache);
-                    *self.marks.lock.lock().await = false;
-                    return Ok(Lease {
-                        worker_id: r.worker_id,
-                        prev_mark_ms,
-                        ttl: None,
-                    });
-                }
-                Err(e) => return Err(e),
+                _ => self.lock_identity(&req.identity).await?,
             };
-
-        let cached_mark = match cached {
-            Some(r) if r.worker_id == worker_id => Some(r.mark_ms).filter(|m| *m > 0),
-            Some(r) => {
-                tracing::warn!(
-                    cached = r.worker_id,
-                    assigned = worker_id,
-                    "the cache file belongs to another worker id; its mark does not apply"
-                );
-                None
+            let row = self.row_for(&req.identity).await?;
+            Ok((lock, row))
+        })
+        .await;
+        let (lock, (worker_id, server_mark)) = match found {
+            Ok(found) => found,
+            // The server is down: start from the cache file, mark included.
+            Err(e) if e.is_retryable() => {
+                let lease =
+                    start_from_cache(&mut held, cache, cached, req, self.mode(), &e).await?;
+                self.server.lost.store(false, Ordering::Release);
+                // The identity lock is taken by the first renewal that reaches the server; if
+                // another process holds it by then, that renewal loses the lease.
+                *self.server.state.lock().await = ServerState {
+                    released: false,
+                    lock: Some(IdentityLock {
+                        name: self.lock_name(&req.identity)?,
+                        conn: None,
+                    }),
+                };
+                return Ok(lease);
             }
-            None => None,
+            Err(e) => return Err(e),
         };
-        let prev_mark_ms = server_mark.max(cached_mark);
+        if worker_id > req.max_worker_id {
+            return Err(too_large(
+                worker_id,
+                &req.identity,
+                req.max_worker_id,
+                "leaf_workerid_alloc",
+            ));
+        }
+        let server_mark = server_mark.and_then(|m| u64::try_from(m).ok());
+        let prev_mark_ms = merge_marks(worker_id, server_mark, cached);
         // The cache file learns the worker id now, so that a start while the server is down
         // finds it; the mark stays the highest known.
         cache
@@ -274,18 +405,26 @@ impl WorkerIdRegistry for MysqlRegistry {
             })
             .await?;
         tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, "mysql worker id acquired");
-        held.hold(worker_id, cache);
-        *self.marks.lock.lock().await = false;
-        Ok(Lease {
-            worker_id,
-            prev_mark_ms,
-            ttl: None,
-        })
+        let lease = Lease::new(worker_id, prev_mark_ms);
+        held.hold(&lease, cache);
+        self.server.lost.store(false, Ordering::Release);
+        self.server
+            .confirmed_mark_ms
+            .store(server_mark.unwrap_or(0), Ordering::Relaxed);
+        *self.server.state.lock().await = ServerState {
+            released: false,
+            lock: Some(lock),
+        };
+        Ok(lease)
     }
 
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
-        let renewal = self.held.renew(lease.worker_id, mark_ms).await?;
-        if renewal == Renewal::Ok {
+        if self.server.lost.load(Ordering::Acquire) {
+            self.held.forget(lease).await;
+            return Ok(Renewal::LeaseLost);
+        }
+        let renewal = self.held.renew(lease, mark_ms).await?;
+        if renewal.is_ok() {
             self.write_mark_in_background(lease.worker_id, mark_ms);
         }
         Ok(renewal)
@@ -295,19 +434,19 @@ impl WorkerIdRegistry for MysqlRegistry {
         let worker_id = lease.worker_id;
         // Held until the server has the final mark: no renewal slips in between.
         let mut held = self.held.lock().await;
-        if !held.write_mark(worker_id, final_mark_ms).await? {
+        if !held.write_mark(lease, final_mark_ms).await? {
             tracing::debug!(worker_id, "release of a lease not held");
             return Ok(());
         }
         {
             // Waits for a background write in flight, and stops later ones, so the final mark
             // (which may be below the last renewal's) is the one that stays.
-            let mut released = self.marks.lock.lock().await;
-            *released = true;
+            let mut state = self.server.state.lock().await;
+            state.released = true;
             let r = bounded(
                 self.config.timeout(),
                 "the final mark",
-                write_mark(&self.pool, worker_id, final_mark_ms),
+                write_mark(&self.pool, worker_id, final_mark_ms, MarkWrite::Final),
             )
             .await;
             if let Err(e) = r {
@@ -315,9 +454,22 @@ impl WorkerIdRegistry for MysqlRegistry {
                 // makes a start elsewhere wait a little.
                 tracing::warn!(worker_id, error = %e, "final mark not written to mysql");
             }
+            // Closing the dedicated connection releases the identity lock.
+            state.lock = None;
         }
         // Closing the file releases the directory lock.
         held.close();
         Ok(())
+    }
+
+    /// The last mark the server's `leaf_workerid_alloc` row confirmed; the cache file may be
+    /// ahead of it while the server is unreachable.
+    fn confirmed_mark_ms(&self) -> Option<u64> {
+        Some(self.server.confirmed_mark_ms.load(Ordering::Relaxed)).filter(|m| *m > 0)
+    }
+
+    async fn abandon(&self, lease: &Lease) {
+        // The identity lock stays: the node is still the one process with this identity.
+        self.held.forget(lease).await;
     }
 }

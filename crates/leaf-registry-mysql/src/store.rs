@@ -3,7 +3,7 @@
 use std::fmt;
 
 use async_trait::async_trait;
-use leaf_core::store::validate_step;
+use leaf_core::store::{clamp_step, validate_step};
 use leaf_core::{
     Allocation, Error, NewTag, Result, SegmentStore, StoreCapabilities, Tag, TagRecord, TagUpdate,
 };
@@ -11,14 +11,14 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, Executor, Row};
 
 use crate::config::{MysqlConfig, MysqlStoreConfig};
-use crate::error::{bounded, is_table_exists, map_sqlx};
+use crate::error::{bounded, is_table_exists, map_sqlx, map_sqlx_at_start};
 
 /// Leaf's DDL for `leaf_alloc`, exactly as Leaf ships it. It runs only when the table is
 /// missing; an existing table is never altered.
 pub const LEAF_ALLOC_DDL: &str = "CREATE TABLE leaf_alloc (biz_tag varchar(128) NOT NULL DEFAULT '', max_id bigint(20) NOT NULL DEFAULT '1', step int(11) NOT NULL, description varchar(256) DEFAULT NULL, update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, PRIMARY KEY (biz_tag)) ENGINE=InnoDB;";
 
 /// The configuration key of the store's URL, named in messages.
-const KEY: &str = "segment.url";
+const KEY: &str = "url";
 
 // `update_time` is a whole-second `timestamp`; read it as Unix milliseconds.
 macro_rules! columns {
@@ -34,7 +34,8 @@ const SELECT_ALL: &str = concat!("SELECT ", columns!(), " FROM leaf_alloc ORDER 
 ///
 /// An allocation is one transaction, as in Leaf: `UPDATE leaf_alloc SET max_id = max_id + step`
 /// (or `+ ?`, the dynamic step) `WHERE biz_tag = ?`, then the `SELECT` of the row. The update
-/// holds the row's lock until the commit, so two servers never read the same `max_id`. Every
+/// holds the row's lock until the commit, so two servers never read the same `max_id`. Near
+/// `i64::MAX` the row is read under its lock first and the step cut to what is left. Every
 /// call is bounded by `timeout_ms`, a row lock wait by `lock_wait_timeout_s`; both fail with
 /// `Unavailable`, never hang.
 pub struct MysqlStore {
@@ -86,13 +87,13 @@ pub(crate) async fn ensure_table(
     .bind(table)
     .fetch_one(pool)
     .await
-    .map_err(|e| map_sqlx(e, table, key))?;
+    .map_err(|e| map_sqlx_at_start(e, table, key))?;
     if exists == 0 {
         match sqlx::query(ddl).execute(pool).await {
             Ok(_) => tracing::info!(table, "created the missing table"),
             // Another process created it between the check and the DDL.
             Err(e) if is_table_exists(&e) => {}
-            Err(e) => return Err(map_sqlx(e, table, key)),
+            Err(e) => return Err(map_sqlx_at_start(e, table, key)),
         }
     }
     Ok(())
@@ -118,7 +119,7 @@ impl MysqlStore {
                 sqlx::query(concat!("SELECT ", columns!(), " FROM leaf_alloc LIMIT 0"))
                     .execute(&store.pool)
                     .await
-                    .map_err(|e| map_sqlx(e, "leaf_alloc", KEY))?;
+                    .map_err(|e| map_sqlx_at_start(e, "leaf_alloc", KEY))?;
                 Ok(())
             },
         )
@@ -149,15 +150,27 @@ impl MysqlStore {
     async fn allocate_tx(&self, tag: &Tag, step: Option<i64>) -> Result<Allocation> {
         let err = |e| map_sqlx(e, &format!("tag {tag}"), KEY);
         let mut tx = self.pool.begin().await.map_err(err)?;
+        // Leaf's update, guarded so that the sum stays within the bigint column: near the end
+        // MySQL would refuse it, and the tag's last IDs would never be handed out. A row the
+        // guard skips (unknown tag, the end near, a bad step) takes the locked path below.
         let update = match step {
-            Some(s) => sqlx::query("UPDATE leaf_alloc SET max_id = max_id + ? WHERE biz_tag = ?")
-                .bind(s)
-                .bind(tag.as_str()),
-            None => sqlx::query("UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ?")
-                .bind(tag.as_str()),
+            Some(s) => sqlx::query(
+                "UPDATE leaf_alloc SET max_id = max_id + ? \
+                 WHERE biz_tag = ? AND max_id <= 9223372036854775807 - ?",
+            )
+            .bind(s)
+            .bind(tag.as_str())
+            .bind(s),
+            None => sqlx::query(
+                "UPDATE leaf_alloc SET max_id = max_id + step \
+                 WHERE biz_tag = ? AND step >= 1 AND max_id <= 9223372036854775807 - GREATEST(step, 1)",
+            )
+            .bind(tag.as_str()),
         };
-        update.execute(&mut *tx).await.map_err(err)?;
-        let row = sqlx::query("SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?")
+        if update.execute(&mut *tx).await.map_err(err)?.rows_affected() == 0 {
+            return self.allocate_rest(tx, tag, step).await;
+        }
+        let row = sqlx::query("SELECT max_id, step FROM leaf_alloc WHERE biz_tag = ?")
             .bind(tag.as_str())
             .fetch_optional(&mut *tx)
             .await
@@ -168,12 +181,7 @@ impl MysqlStore {
         };
         let max_id: i64 = row.try_get("max_id").map_err(err)?;
         let stored: i64 = row.try_get("step").map_err(err)?;
-        let used_step = step.unwrap_or(stored);
-        if used_step < 1 {
-            return Err(Error::InvalidInput(format!(
-                "tag {tag} has step {stored} in leaf_alloc; a step must be at least 1"
-            )));
-        }
+        let used_step = positive_step(tag, step, stored)?;
         tx.commit().await.map_err(err)?;
         Ok(Allocation {
             tag: tag.clone(),
@@ -181,6 +189,50 @@ impl MysqlStore {
             step: stored,
             used_step,
         })
+    }
+
+    /// An allocation the guarded update skipped: the row is read under its lock, and the step
+    /// cut to what is left before `i64::MAX` ([`clamp_step`]).
+    async fn allocate_rest(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::MySql>,
+        tag: &Tag,
+        step: Option<i64>,
+    ) -> Result<Allocation> {
+        let err = |e| map_sqlx(e, &format!("tag {tag}"), KEY);
+        let row = sqlx::query("SELECT max_id, step FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE")
+            .bind(tag.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(err)?
+            .ok_or_else(|| not_found(tag))?;
+        let max_id: i64 = row.try_get("max_id").map_err(err)?;
+        let stored: i64 = row.try_get("step").map_err(err)?;
+        let used_step = clamp_step(tag, max_id, positive_step(tag, step, stored)?)?;
+        sqlx::query("UPDATE leaf_alloc SET max_id = max_id + ? WHERE biz_tag = ?")
+            .bind(used_step)
+            .bind(tag.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(Allocation {
+            tag: tag.clone(),
+            max_id: max_id + used_step,
+            step: stored,
+            used_step,
+        })
+    }
+}
+
+/// The step an allocation uses: the caller's, or the row's when that is a usable one.
+fn positive_step(tag: &Tag, step: Option<i64>, stored: i64) -> Result<i64> {
+    match step {
+        Some(s) => Ok(s),
+        None if stored >= 1 => Ok(stored),
+        None => Err(Error::InvalidInput(format!(
+            "tag {tag} has step {stored} in leaf_alloc; a step must be at least 1"
+        ))),
     }
 }
 

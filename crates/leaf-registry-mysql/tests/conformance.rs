@@ -16,4 +16,5 @@ leaf_testkit::registry_conformance!(
     async { RegistryFix::new().await },
     recycles = false,
     assigns_distinct_ids = true,
+    exclusive_identity = true,
 );

@@ -20,12 +20,7 @@ fn now_ms() -> u64 {
 }
 
 fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
-    AcquireRequest {
-        identity,
-        max_worker_id,
-        now_ms: now_ms(),
-        max_ahead_ms: 10_000,
-    }
+    AcquireRequest::new(identity, max_worker_id, now_ms())
 }
 
 async fn raw(url: &str) -> MySqlConnection {
@@ -63,8 +58,10 @@ async fn restarts_burn_no_auto_increment_values() {
     assert_eq!(lease.worker_id, first.unwrap() + 1);
 }
 
+/// Six processes with one identity start at once: exactly one gets the identity's worker id
+/// (one row, one lock); the others are refused, naming the identity, instead of sharing it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_first_starts_of_one_identity_share_one_row() {
+async fn concurrent_first_starts_of_one_identity_one_wins_one_row() {
     let fix = RegistryFix::new().await;
     let me = fix.identity(7);
     let mut nodes = Vec::new();
@@ -78,16 +75,15 @@ async fn concurrent_first_starts_of_one_identity_share_one_row() {
             tokio::spawn(async move { n.acquire(&request(me, 1023)).await })
         })
         .collect();
-    let mut ids = Vec::new();
+    let (mut won, mut refused) = (Vec::new(), 0);
     for t in tasks {
-        ids.push(
-            t.await
-                .unwrap()
-                .expect("every racer gets the row's id")
-                .worker_id,
-        );
+        match t.await.unwrap() {
+            Ok(lease) => won.push(lease.worker_id),
+            Err(Error::AlreadyExists(m)) if m.contains(&me.to_string()) => refused += 1,
+            Err(e) => panic!("a racer failed otherwise: {e}"),
+        }
     }
-    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    assert_eq!((won.len(), refused), (1, 5), "won {won:?}");
     let rows: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM leaf_workerid_alloc WHERE ip_port = ?")
             .bind(me.to_string())
@@ -157,7 +153,7 @@ async fn marks_reach_the_table_and_release_leaves_the_final_one() {
     let node = fix.node().await;
     let lease = node.acquire(&request(fix.identity(1), 1023)).await.unwrap();
     let m = now_ms() + 3000;
-    assert_eq!(node.renew(&lease, m).await.unwrap(), Renewal::Ok);
+    assert_eq!(node.renew(&lease, m).await.unwrap(), Renewal::OK);
     // The server copy is written in the background.
     let mut seen = None;
     for _ in 0..100 {
@@ -185,6 +181,80 @@ async fn marks_reach_the_table_and_release_leaves_the_final_one() {
         (again.worker_id, again.prev_mark_ms),
         (lease.worker_id, Some(f))
     );
+}
+
+/// Renewals only raise the server's mark: a row that holds a later mark (written by an
+/// earlier owner of the identity, or a renewal that raced ahead) keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_never_lower_the_server_mark() {
+    let fix = RegistryFix::new().await;
+    let node = fix.node().await;
+    let lease = node.acquire(&request(fix.identity(1), 1023)).await.unwrap();
+    let high = now_ms() + 60_000;
+    sqlx::query("UPDATE leaf_workerid_alloc SET max_timestamp = ? WHERE id = ?")
+        .bind(high as i64)
+        .bind(lease.worker_id)
+        .execute(&mut raw(&fix.db.url).await)
+        .await
+        .unwrap();
+    let low = now_ms() + 3000;
+    assert_eq!(node.renew(&lease, low).await.unwrap(), Renewal::OK);
+    // Wait until the background write of `low` has completed.
+    for _ in 0..250 {
+        if node.confirmed_mark_ms() == Some(low) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        node.confirmed_mark_ms(),
+        Some(low),
+        "the write never completed"
+    );
+    assert_eq!(
+        stored_mark(&fix.db.url, lease.worker_id).await,
+        Some(high as i64),
+        "a renewal lowered the server's mark"
+    );
+}
+
+/// The identity lock's session dies (a server-side KILL, a network cut) and another process
+/// with the same identity starts meanwhile: the first one's renewals then answer `LeaseLost`
+/// (it re-takes the lock in the background and finds it held), so the two never both issue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_lost_to_another_process_loses_the_lease() {
+    let fix = RegistryFix::new().await;
+    let me = fix.identity(2);
+    let a = fix.node().await;
+    let lease = a.acquire(&request(me.clone(), 1023)).await.unwrap();
+    let mut admin = raw(&fix.db.url).await;
+    let holder: Option<i64> =
+        sqlx::query_scalar("SELECT IS_USED_LOCK(CONCAT('leaf_workerid:', DATABASE(), '/', ?))")
+            .bind(me.to_string())
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    let holder = holder.expect("the first node holds its identity lock");
+    sqlx::query(sqlx::AssertSqlSafe(format!("KILL CONNECTION {holder}")))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let b = fix.node().await;
+    let theirs = b
+        .acquire(&request(me.clone(), 1023))
+        .await
+        .expect("the identity is free once the first lock's session is gone");
+    assert_eq!(theirs.worker_id, lease.worker_id);
+    let mut answer = Renewal::OK;
+    for _ in 0..100 {
+        answer = a.renew(&lease, now_ms() + 3000).await.unwrap();
+        if answer == Renewal::LeaseLost {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answer, Renewal::LeaseLost);
+    assert!(b.renew(&theirs, now_ms() + 3000).await.unwrap().is_ok());
 }
 
 fn unreachable(dir: &std::path::Path) -> impl std::future::Future<Output = MysqlRegistry> + '_ {
@@ -220,7 +290,7 @@ async fn a_server_down_at_start_up_starts_from_the_cache_file_with_its_mark() {
         "the fallback carries the mark, so the start-up time check still applies"
     );
     // The fallback lease renews into the cache file like any other.
-    assert_eq!(down.renew(&again, m + 1000).await.unwrap(), Renewal::Ok);
+    assert_eq!(down.renew(&again, m + 1000).await.unwrap(), Renewal::OK);
     // And it respects the layout.
     down.release(&again, m).await.unwrap();
     let e = down

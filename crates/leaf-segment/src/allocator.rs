@@ -6,7 +6,6 @@ use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -17,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::arena::{self, Arena};
 use crate::entry::{Seg, Slow, TagEntry, Take};
+use crate::handle::{NextId, SLOW, Source, TagHandle};
 use crate::step::next_step;
 use crate::tags::{self, Recently, TagMap};
 use crate::{LoadObserver, SegmentConfig, TagSnapshot};
@@ -32,47 +32,25 @@ const MAX_MISSES: usize = 65_536;
 /// The first retry of a failed background load waits this long (then doubles).
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
-/// The future of [`SegmentAllocator::next_id`].
-struct NextId<'a> {
+/// A by-name request: the allocator and the tag it names.
+#[derive(Clone, Copy)]
+struct ByName<'a> {
     alloc: &'a SegmentAllocator,
     tag: &'a str,
-    /// The slow path, once the fast path found no ID.
-    slow: Option<Pin<Box<dyn Future<Output = Result<i64>> + Send + 'a>>>,
 }
 
-impl Future for NextId<'_> {
-    type Output = Result<i64>;
-
+impl<'a> Source<'a> for ByName<'a> {
     #[inline(always)]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<i64>> {
-        let this = &mut *self;
-        if let Some(slow) = &mut this.slow {
-            return slow.as_mut().poll(cx);
-        }
-        let id = this.alloc.fast_one(this.tag);
-        if id >= 0 {
-            return Poll::Ready(Ok(id));
-        }
-        // Only values leave this function (no `&mut self`), so that a caller's future can live
-        // in registers on the fast path.
-        this.slow
-            .insert(slow_future(&this.alloc.inner, this.tag))
-            .as_mut()
-            .poll(cx)
+    fn fast(self) -> i64 {
+        self.alloc.fast_one(self.tag)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn slow(self) -> Pin<Box<dyn Future<Output = Result<i64>> + Send + 'a>> {
+        Box::pin(self.alloc.inner.next_id_slow(self.tag))
     }
 }
-
-#[cold]
-#[inline(never)]
-fn slow_future<'a>(
-    inner: &'a Arc<Inner>,
-    tag: &'a str,
-) -> Pin<Box<dyn Future<Output = Result<i64>> + Send + 'a>> {
-    Box::pin(inner.next_id_slow(tag))
-}
-
-/// `fast_one`'s answer when the request needs the slow path (IDs are never negative).
-const SLOW: i64 = -1;
 
 /// Leaf's double-buffered segment allocator. Cheap to clone; clones share everything.
 ///
@@ -85,7 +63,7 @@ pub struct SegmentAllocator {
     id: u64,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     id: u64,
     store: Arc<dyn SegmentStore>,
     clock: Arc<dyn Clock>,
@@ -214,38 +192,39 @@ impl SegmentAllocator {
     /// `Unavailable` when both segments are spent and the next does not arrive within
     /// `switch_wait`; the first load of a tag returns the store's own error.
     ///
-    /// Used as an `async fn`. The future is a small hand-written one, so that the fast path
-    /// (which completes on the first poll) inlines into the caller and its result stays in
-    /// registers; only a request that has to wait allocates its slow-path future.
+    /// Used as an `async fn`; completes on its first poll unless it has to wait for a segment.
+    /// A caller that asks for one tag over and over saves the name lookup with a
+    /// [`handle`](Self::handle).
     pub fn next_id<'a>(&'a self, tag: &'a str) -> impl Future<Output = Result<i64>> + Send + 'a {
-        NextId {
-            alloc: self,
-            tag,
-            slow: None,
-        }
+        NextId::new(ByName { alloc: self, tag })
     }
 
     /// `n` (at least 1) unique IDs of `tag` in ascending order. Each segment's share is taken
     /// with one atomic step; a batch larger than what is buffered spans segments.
     pub async fn next_ids(&self, tag: &str, n: usize) -> Result<Vec<i64>> {
-        if n == 0 {
-            return Err(Error::InvalidInput("count must be at least 1".into()));
-        }
-        let entry = self.inner.entry_for(tag).await?;
-        let mut ids = Vec::with_capacity(n.min(1 << 16));
-        while ids.len() < n {
-            let want = (n - ids.len()) as u64;
-            let (start, count) = self.inner.take_slow(&entry, want).await?;
-            ids.extend(start..start + count as i64);
-        }
-        Ok(ids)
+        self.inner.next_ids(tag, n).await
     }
 
-    /// Forgets that `tag` was unknown; the server calls it after creating the tag.
+    /// A handle on `tag`, whose requests skip the name lookup (the fastest way to take IDs of
+    /// one tag). `NotFound` for a tag the store does not know (one store lookup for a tag not
+    /// cached yet), `InvalidInput` for a malformed one. The tag's first segment loads on the
+    /// handle's first request.
+    pub async fn handle(&self, tag: &str) -> Result<TagHandle> {
+        let entry = self.inner.entry_for(tag).await?;
+        Ok(TagHandle::new(self.inner.clone(), entry))
+    }
+
+    /// Forgets what the store last said against `tag` (unknown, exhausted), so that the next
+    /// request asks it again; the server calls it after creating or changing the tag.
     pub fn forget_miss(&self, tag: &str) {
-        let mut m = lock(&self.inner.misses);
-        m.until.remove(tag);
-        m.epoch += 1;
+        {
+            let mut m = lock(&self.inner.misses);
+            m.until.remove(tag);
+            m.epoch += 1;
+        }
+        if let Some(entry) = self.inner.lookup(tag) {
+            entry.lock().exhausted = None;
+        }
     }
 
     /// Every cached tag's state, ordered by tag.
@@ -297,6 +276,7 @@ impl SegmentAllocator {
                         let mut s = entry.lock();
                         if !s.initialized
                             && !s.loading
+                            && s.exhausted.is_none()
                             && let Err(e) = inner.begin_load(&entry, &mut s, true)
                         {
                             tracing::warn!(tag = %tag, error = %e, "cannot warm tag");
@@ -330,20 +310,7 @@ impl SegmentAllocator {
         let Some(entry) = entry else {
             return self.fast_lookup(tag);
         };
-        match entry.take(1) {
-            // A refresh dropped the tag: the slow path looks it up again (the ID is skipped).
-            _ if entry.is_removed() => SLOW,
-            Take::Got {
-                start,
-                preload: false,
-                ..
-            } => start,
-            Take::Got { start, .. } => {
-                self.inner.request_preload(entry);
-                start
-            }
-            Take::Spent => SLOW,
-        }
+        self.inner.take_one(entry)
     }
 
     /// The fast path for a tag other than the thread's last one: a hashed lookup first.
@@ -388,6 +355,25 @@ impl fmt::Debug for SegmentAllocator {
 }
 
 impl Inner {
+    /// One ID of `entry` with one `fetch_add`, or [`SLOW`] when its segment is spent or a
+    /// refresh dropped the tag (the slow path looks it up again; the ID is skipped).
+    #[inline(always)]
+    pub(crate) fn take_one(self: &Arc<Self>, entry: &Arc<TagEntry>) -> i64 {
+        match entry.take(1) {
+            _ if entry.is_removed() => SLOW,
+            Take::Got {
+                start,
+                preload: false,
+                ..
+            } => start,
+            Take::Got { start, .. } => {
+                self.request_preload(entry);
+                start
+            }
+            Take::Spent => SLOW,
+        }
+    }
+
     fn lookup(&self, tag: &str) -> Option<Arc<TagEntry>> {
         self.tags.load().get(tag).cloned()
     }
@@ -514,6 +500,11 @@ impl Inner {
             }
             m.epoch += 1;
         }
+        // The row may have been changed by hand (`max_id` lowered): let the store answer again,
+        // once per refresh.
+        for entry in self.tags.load().entries() {
+            entry.lock().exhausted = None;
+        }
         if added > 0 || !removed.is_empty() {
             tracing::info!(added, removed = ?removed, "tag list refreshed");
         }
@@ -530,7 +521,30 @@ impl Inner {
         }
     }
 
-    async fn next_id_slow(self: &Arc<Self>, tag: &str) -> Result<i64> {
+    pub(crate) async fn next_ids(self: &Arc<Self>, tag: &str, n: usize) -> Result<Vec<i64>> {
+        let entry = self.entry_for(tag).await?;
+        self.take_ids(&entry, n).await
+    }
+
+    /// `n` IDs of `entry`, one atomic step per segment.
+    pub(crate) async fn take_ids(
+        self: &Arc<Self>,
+        entry: &Arc<TagEntry>,
+        n: usize,
+    ) -> Result<Vec<i64>> {
+        if n == 0 {
+            return Err(Error::InvalidInput("count must be at least 1".into()));
+        }
+        let mut ids = Vec::with_capacity(n.min(1 << 16));
+        while ids.len() < n {
+            let want = (n - ids.len()) as u64;
+            let (start, count) = self.take_slow(entry, want).await?;
+            ids.extend(start..start + count as i64);
+        }
+        Ok(ids)
+    }
+
+    pub(crate) async fn next_id_slow(self: &Arc<Self>, tag: &str) -> Result<i64> {
         let entry = self.entry_for(tag).await?;
         let (id, _) = self.take_slow(&entry, 1).await?;
         Ok(id)
@@ -538,7 +552,11 @@ impl Inner {
 
     /// Takes up to `want` IDs, loading the first segment, switching, or waiting (at most
     /// `switch_wait`) for the next one as needed.
-    async fn take_slow(self: &Arc<Self>, entry: &Arc<TagEntry>, want: u64) -> Result<(i64, u64)> {
+    pub(crate) async fn take_slow(
+        self: &Arc<Self>,
+        entry: &Arc<TagEntry>,
+        want: u64,
+    ) -> Result<(i64, u64)> {
         let mut deadline = None;
         loop {
             if let Take::Got {
@@ -566,6 +584,9 @@ impl Inner {
                         continue;
                     }
                     entry.cap_overrun(&s);
+                    if let Some(why) = &s.exhausted {
+                        return Err(Error::Exhausted(why.clone()));
+                    }
                     if !s.loading {
                         self.begin_load(entry, &mut s, false)?;
                     }
@@ -612,6 +633,9 @@ impl Inner {
                 {
                     return Err(clone_error(e));
                 }
+                if let Some(why) = &s.exhausted {
+                    return Err(Error::Exhausted(why.clone()));
+                }
                 if !s.loading {
                     self.begin_load(entry, &mut s, true)?;
                 }
@@ -624,7 +648,7 @@ impl Inner {
 
     /// Called by the one request that crossed the preload point.
     #[cold]
-    fn request_preload(self: &Arc<Self>, entry: &Arc<TagEntry>) {
+    pub(crate) fn request_preload(self: &Arc<Self>, entry: &Arc<TagEntry>) {
         if entry.is_removed() {
             return;
         }
@@ -632,6 +656,7 @@ impl Inner {
         if s.initialized
             && !s.next_ready
             && !s.loading
+            && s.exhausted.is_none()
             && let Err(e) = self.begin_load(entry, &mut s, false)
         {
             tracing::warn!(tag = %entry.tag, error = %e, "cannot preload the next segment");
@@ -708,8 +733,8 @@ impl Inner {
 }
 
 /// The tag's load task: one attempt for a first load (its waiters get the store's answer);
-/// retries with backoff for a later one, until it succeeds, the tag is dropped or the allocator
-/// is.
+/// retries with backoff for a later one, until it succeeds, the tag is dropped or exhausted, or
+/// the allocator is dropped.
 async fn run_load(inner: Weak<Inner>, clock: Arc<dyn Clock>, entry: Arc<TagEntry>, first: bool) {
     let mut backoff: Option<Duration> = None;
     loop {
@@ -723,12 +748,22 @@ async fn run_load(inner: Weak<Inner>, clock: Arc<dyn Clock>, entry: Arc<TagEntry
         let max = strong.config.retry_backoff_max;
         // Not held while sleeping: a dropped allocator ends the retries.
         drop(strong);
-        if first || entry.is_removed() {
-            tracing::debug!(tag = %entry.tag, error = %err, "loading the first segment failed");
+        // An exhausted tag stays so until its row changes: no retry would help.
+        let exhausted = match &err {
+            Error::Exhausted(why) => Some(why.clone()),
+            _ => None,
+        };
+        if first || entry.is_removed() || exhausted.is_some() {
+            if exhausted.is_some() {
+                tracing::warn!(tag = %entry.tag, error = %err, "the tag has no ids left");
+            } else {
+                tracing::debug!(tag = %entry.tag, error = %err, "loading the first segment failed");
+            }
             let mut s = entry.lock();
             s.loading = false;
             s.load_gen += 1;
             s.last_error = Some(err);
+            s.exhausted = exhausted;
             drop(s);
             entry.notify.notify_waiters();
             return;

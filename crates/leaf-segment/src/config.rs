@@ -17,7 +17,8 @@ pub struct SegmentConfig {
     pub step_double_below: Duration,
     /// A segment that lasted this long or longer halves the next step. Default 1800 s (30 min).
     pub step_halve_above: Duration,
-    /// Doubling stops at this step. Default 1,000,000 (Leaf's `MAX_STEP`).
+    /// Doubling stops at this step; at most [`MAX_STEP_LIMIT`](Self::MAX_STEP_LIMIT).
+    /// Default 1,000,000 (Leaf's `MAX_STEP`).
     pub max_step: i64,
     /// How often [`spawn_refresher`](crate::SegmentAllocator::spawn_refresher) re-reads the tag
     /// list. Default 60 s.
@@ -44,30 +45,33 @@ impl Default for SegmentConfig {
 }
 
 impl SegmentConfig {
-    /// Checks the values; the error names the offending field.
+    /// The largest `max_step`: Leaf's `step` column is an `int`, so no step may pass it.
+    pub const MAX_STEP_LIMIT: i64 = i32::MAX as i64;
+
+    /// Checks the values; the error names the offending field of this struct (a caller reading
+    /// them from configuration adds its own keys).
     pub fn validate(&self) -> Result<()> {
         if !(0.0..=1.0).contains(&self.preload_threshold) {
             return Err(Error::Config(format!(
-                "segment.preload_threshold must be between 0 and 1, got {}",
+                "preload_threshold must be between 0 and 1, got {}",
                 self.preload_threshold
             )));
         }
-        if self.max_step < 1 {
+        if !(1..=Self::MAX_STEP_LIMIT).contains(&self.max_step) {
             return Err(Error::Config(format!(
-                "segment.max_step must be at least 1, got {}",
+                "max_step must be from 1 to {} (the step column is an int), got {}",
+                Self::MAX_STEP_LIMIT,
                 self.max_step
             )));
         }
         if self.step_double_below > self.step_halve_above {
             return Err(Error::Config(format!(
-                "segment.step_double_below ({:?}) must not exceed segment.step_halve_above ({:?})",
+                "step_double_below ({:?}) must not exceed step_halve_above ({:?})",
                 self.step_double_below, self.step_halve_above
             )));
         }
         if self.refresh_interval.is_zero() {
-            return Err(Error::Config(
-                "segment.refresh_interval must be above zero".into(),
-            ));
+            return Err(Error::Config("refresh_interval must be above zero".into()));
         }
         Ok(())
     }
@@ -105,6 +109,8 @@ mod tests {
             let e = c.validate().unwrap_err();
             assert!(matches!(e, Error::Config(_)), "{e}");
             assert!(e.to_string().contains(field), "{e}");
+            // The library names its own fields; the server adds its keys (`segment.`).
+            assert!(!e.to_string().contains("segment."), "{e}");
         };
         check(
             SegmentConfig {
@@ -127,6 +133,21 @@ mod tests {
             },
             "max_step",
         );
+        // The store's step column is an int: a doubled step past it fails every preload.
+        check(
+            SegmentConfig {
+                max_step: i64::from(i32::MAX) + 1,
+                ..Default::default()
+            },
+            "max_step",
+        );
+        check(
+            SegmentConfig {
+                max_step: i64::MAX,
+                ..Default::default()
+            },
+            "max_step",
+        );
         check(
             SegmentConfig {
                 step_double_below: Duration::from_secs(3600),
@@ -141,6 +162,15 @@ mod tests {
             },
             "refresh_interval",
         );
+    }
+
+    #[test]
+    fn the_largest_step_the_column_holds_is_valid() {
+        let c = SegmentConfig {
+            max_step: i64::from(i32::MAX),
+            ..Default::default()
+        };
+        assert!(c.validate().is_ok());
     }
 
     #[test]

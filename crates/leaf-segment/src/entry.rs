@@ -124,15 +124,16 @@ pub(crate) struct Slow {
     pub(crate) load_gen: u64,
     /// The failure of the latest load, if it failed.
     pub(crate) last_error: Option<Error>,
+    /// The store's `Exhausted` message once the tag has no IDs left: later requests get it
+    /// without a load, until a refresh or a change of the row clears it.
+    pub(crate) exhausted: Option<String>,
     pub(crate) usage: Usage,
 }
 
-/// What every request touches: the cursor, and the flag a refresh sets (read right after the
-/// `fetch_add`, from the line it just wrote).
+/// What every request writes: the cursor, alone on its line.
 #[derive(Debug, Default)]
 struct Hot {
     state: AtomicU64,
-    removed: AtomicBool,
 }
 
 /// One tag in the cache.
@@ -143,6 +144,11 @@ pub(crate) struct TagEntry {
     pub(crate) tag: Tag,
     /// Where the allocator's arena keeps this entry.
     pub(crate) index: usize,
+    /// Set by a refresh that dropped the tag; read by every request. Kept off the cursor's line:
+    /// under contention another thread's `fetch_add` may take that line away between a
+    /// request's `fetch_add` and this read (a second transfer per request), while this line,
+    /// written once, stays shared by every core.
+    removed: AtomicBool,
     slow: Mutex<Slow>,
     /// Woken when a load ends.
     pub(crate) notify: Notify,
@@ -156,6 +162,7 @@ impl TagEntry {
             slots: CacheLine(Default::default()),
             tag,
             index,
+            removed: AtomicBool::new(false),
             slow: Mutex::default(),
             notify: Notify::new(),
         }
@@ -164,12 +171,12 @@ impl TagEntry {
     /// Marks the tag as dropped by a refresh: requests stop using this entry and background
     /// retries end.
     pub(crate) fn remove(&self) {
-        self.hot.0.removed.store(true, Ordering::Relaxed);
+        self.removed.store(true, Ordering::Relaxed);
     }
 
     #[inline(always)]
     pub(crate) fn is_removed(&self) -> bool {
-        self.hot.0.removed.load(Ordering::Relaxed)
+        self.removed.load(Ordering::Relaxed)
     }
 
     /// The slow-path state. A panic under the lock leaves the state consistent (every update is a

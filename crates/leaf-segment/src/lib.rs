@@ -5,6 +5,7 @@ mod allocator;
 mod arena;
 mod config;
 mod entry;
+mod handle;
 mod snapshot;
 mod step;
 mod tags;
@@ -12,4 +13,5 @@ mod usage;
 
 pub use allocator::SegmentAllocator;
 pub use config::SegmentConfig;
+pub use handle::TagHandle;
 pub use snapshot::{LoadObserver, SegmentView, TagSnapshot};

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use leaf_core::store::MAX_STEP;
+
 use crate::SegmentConfig;
 
 /// The step for the next load, given the step of the latest load (`current`), the step stored in
@@ -11,15 +13,19 @@ use crate::SegmentConfig;
 /// `max_step`; below `step_halve_above` it stays; otherwise it halves unless that would go below
 /// the stored step. The result is never below the stored step, so raising a row's step takes
 /// effect at the next load.
+///
+/// Whatever the configuration says, the result is at most [`MAX_STEP`]: a store refuses a step
+/// its `int` column cannot hold, and a preload asking for one would fail at every retry.
 pub(crate) fn next_step(
     current: i64,
     stored: i64,
     lasted: Duration,
     config: &SegmentConfig,
 ) -> i64 {
+    let max = config.max_step.min(MAX_STEP);
     let next = if lasted < config.step_double_below {
         match current.checked_mul(2) {
-            Some(doubled) if doubled <= config.max_step => doubled,
+            Some(doubled) if doubled <= max => doubled,
             _ => current,
         }
     } else if lasted < config.step_halve_above {
@@ -29,7 +35,7 @@ pub(crate) fn next_step(
     } else {
         current
     };
-    next.max(stored).max(1)
+    next.max(stored).clamp(1, MAX_STEP)
 }
 
 #[cfg(test)]
@@ -83,5 +89,27 @@ mod tests {
         assert_eq!(next_step(60, 10, Duration::from_secs(9), &c), 60);
         assert_eq!(next_step(20, 10, Duration::from_secs(10), &c), 20);
         assert_eq!(next_step(20, 10, Duration::from_secs(20), &c), 10);
+    }
+
+    #[test]
+    fn the_step_column_bounds_every_configuration() {
+        // Whatever max_step says, a step the row's `int` column cannot take is never asked for
+        // (a store refuses it, and the preload would fail forever).
+        let c = SegmentConfig {
+            max_step: i64::MAX,
+            ..Default::default()
+        };
+        let fast = Duration::from_secs(1);
+        assert_eq!(next_step(1 << 29, 2000, fast, &c), 1 << 30);
+        // 2^31 is one past the column's largest value: the step stays.
+        assert_eq!(next_step(1 << 30, 2000, fast, &c), 1 << 30);
+        assert_eq!(next_step(MAX_STEP, 2000, fast, &c), MAX_STEP);
+        assert_eq!(next_step(1 << 62, 2000, fast, &c), MAX_STEP);
+        // A stored step past the column (written by another tool) is not asked for either.
+        assert_eq!(next_step(2000, MAX_STEP + 1, fast, &c), MAX_STEP);
+        for current in [1, 1 << 20, MAX_STEP, i64::MAX] {
+            let next = next_step(current, 1, fast, &c);
+            assert!((1..=MAX_STEP).contains(&next), "{current} -> {next}");
+        }
     }
 }

@@ -553,6 +553,8 @@ fn request_futures_are_send() {
     let many = alloc.next_ids("t", 2);
     let refresh = alloc.refresh_tags();
     let init = alloc.init();
+    let handle = alloc.handle("t");
+    send(&handle);
     send(&one);
     send(&many);
     send(&refresh);
@@ -577,4 +579,136 @@ async fn the_fast_path_completes_on_the_first_poll() {
             Poll::Pending => panic!("{tag}: the fast path waited"),
         }
     }
+}
+
+async fn create_at(store: &RecordingStore, tag: &str, max_id: i64, step: i64) {
+    let new = NewTag {
+        max_id,
+        step,
+        ..NewTag::new(Tag::new(tag).unwrap())
+    };
+    store.create(&new).await.unwrap();
+}
+
+#[tokio::test]
+async fn every_id_up_to_i64_max_is_issued_then_the_tag_is_exhausted() {
+    let store = RecordingStore::with_tags([]);
+    let start = i64::MAX - 250;
+    // Step 100 fits; the doubled preload step (200) is more than is left after the first
+    // segment (150).
+    create_at(&store, "end", start, 100).await;
+    create_at(&store, "spent", i64::MAX, 100).await;
+    let config = SegmentConfig {
+        switch_wait: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let alloc = allocator(&store, system(), config).await;
+
+    let mut ids = Vec::new();
+    let err = loop {
+        match alloc.next_id("end").await {
+            Ok(id) => ids.push(id),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(ids, (start..i64::MAX).collect::<Vec<_>>());
+    assert!(matches!(err, Error::Exhausted(_)), "{err}");
+    assert!(err.to_string().contains("exhausted"), "{err}");
+
+    // Remembered: no request goes to the store again.
+    let allocations = store.mem.allocations();
+    for _ in 0..50 {
+        let r = alloc.next_id("end").await;
+        assert!(matches!(r, Err(Error::Exhausted(_))), "{r:?}");
+    }
+    let r = alloc.next_ids("end", 10).await;
+    assert!(matches!(r, Err(Error::Exhausted(_))), "{r:?}");
+    assert_eq!(store.mem.allocations(), allocations);
+
+    // A tag exhausted at its first load is remembered the same way.
+    for _ in 0..3 {
+        let r = alloc.next_id("spent").await;
+        assert!(matches!(r, Err(Error::Exhausted(_))), "{r:?}");
+    }
+    assert_eq!(store.mem.allocations(), allocations + 1);
+
+    // A refresh (or a change of the row, through `forget_miss`) lets the store answer again.
+    alloc.refresh_tags().await.unwrap();
+    let r = alloc.next_id("end").await;
+    assert!(matches!(r, Err(Error::Exhausted(_))), "{r:?}");
+    assert_eq!(store.mem.allocations(), allocations + 2);
+    alloc.forget_miss("spent");
+    let r = alloc.next_id("spent").await;
+    assert!(matches!(r, Err(Error::Exhausted(_))), "{r:?}");
+    assert_eq!(store.mem.allocations(), allocations + 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handle_shares_the_tags_cursor_and_completes_on_the_first_poll() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let store = RecordingStore::with_tags([("t", 10), ("u", 10)]);
+    let alloc = allocator(&store, system(), patient()).await;
+    let unknown = alloc.handle("nope").await;
+    assert!(matches!(unknown, Err(Error::NotFound(_))), "{unknown:?}");
+    let bad = alloc.handle("").await;
+    assert!(matches!(bad, Err(Error::InvalidInput(_))), "{bad:?}");
+
+    let h = alloc.handle("t").await.unwrap();
+    assert_eq!(h.tag().as_str(), "t");
+    // The first request loads the first segment; handle and name take from one cursor.
+    assert_eq!(h.next_id().await.unwrap(), 1);
+    assert_eq!(alloc.next_id("t").await.unwrap(), 2);
+    assert_eq!(h.next_id().await.unwrap(), 3);
+    assert_eq!(alloc.next_id("u").await.unwrap(), 1);
+    let mut cx = Context::from_waker(Waker::noop());
+    for expect in [4, 5] {
+        let mut fut = std::pin::pin!(h.next_id());
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(r) => assert_eq!(r.unwrap(), expect),
+            Poll::Pending => panic!("the handle's fast path waited"),
+        }
+    }
+    // Across segment switches, from several tasks at once: unique, inside allocated ranges.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for _ in 0..500 {
+                ids.push(h.next_id().await.unwrap());
+            }
+            ids.extend(h.next_ids(25).await.unwrap());
+            ids
+        }));
+    }
+    let mut seen = HashSet::new();
+    for t in tasks {
+        let ids = t.await.unwrap();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "ascending per task");
+        for id in ids {
+            assert!(
+                store.allocated("t", id),
+                "{id} outside the allocated ranges"
+            );
+            assert!(seen.insert(id), "{id} issued twice");
+        }
+    }
+    assert_eq!(seen.len(), 4 * 525);
+    let none = h.next_ids(0).await;
+    assert!(matches!(none, Err(Error::InvalidInput(_))), "{none:?}");
+
+    // A refresh drops the tag: the handle fails as the name does, and serves again, past the
+    // old IDs, once the tag is back.
+    let last = h.next_id().await.unwrap();
+    store.set_listed(Some(&["u"]));
+    alloc.refresh_tags().await.unwrap();
+    let gone = h.next_id().await;
+    assert!(matches!(gone, Err(Error::NotFound(_))), "{gone:?}");
+    store.set_listed(None);
+    alloc.refresh_tags().await.unwrap();
+    let back = h.next_id().await.unwrap();
+    assert!(back > last, "{back} after {last}");
+    assert!(h.next_ids(3).await.unwrap()[0] > back);
 }

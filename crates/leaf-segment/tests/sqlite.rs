@@ -136,3 +136,40 @@ async fn two_processes_on_one_file_issue_no_duplicate() {
         per_child[1][PER_CHILD - 1]
     );
 }
+
+#[tokio::test]
+async fn every_id_up_to_i64_max_is_issued_from_the_file_then_the_tag_is_exhausted() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("leaf.db").display());
+    let store = Arc::new(SqliteStore::connect_url(&url).await.expect("open sqlite"));
+    let start = i64::MAX - 250;
+    let new = NewTag {
+        max_id: start,
+        step: 100,
+        ..NewTag::new(Tag::new("end").unwrap())
+    };
+    store.create(&new).await.unwrap();
+    let config = SegmentConfig {
+        switch_wait: std::time::Duration::from_secs(2),
+        ..SegmentConfig::default()
+    };
+    let a = SegmentAllocator::new(store.clone(), Arc::new(SystemClock::new()), config);
+    a.init().await.expect("init");
+    let mut ids = Vec::new();
+    let err = loop {
+        match a.next_id("end").await {
+            Ok(id) => ids.push(id),
+            Err(e) => break e,
+        }
+    };
+    // The doubled step (200) did not fit after the first segment; the rest was still issued.
+    assert_eq!(ids, (start..i64::MAX).collect::<Vec<_>>());
+    assert!(matches!(err, leaf_core::Error::Exhausted(_)), "{err}");
+    let again = a.next_ids("end", 5).await;
+    assert!(
+        matches!(again, Err(leaf_core::Error::Exhausted(_))),
+        "{again:?}"
+    );
+    let row = store.get(&Tag::new("end").unwrap()).await.unwrap().unwrap();
+    assert_eq!(row.max_id, i64::MAX);
+}

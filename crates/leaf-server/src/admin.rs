@@ -40,7 +40,7 @@ pub fn check(
     peer: Option<SocketAddr>,
 ) -> Result<(), ApiError> {
     if !token.is_empty() {
-        let presented = authorization.and_then(|v| v.strip_prefix(b"Bearer ".as_slice()));
+        let presented = authorization.and_then(bearer_token);
         return match presented {
             Some(p) if constant_time_eq(p, token.as_bytes()) => Ok(()),
             Some(_) => Err(ApiError::new(
@@ -63,6 +63,18 @@ pub fn check(
             "admin routes serve loopback clients only while server.admin_token is unset",
         ))
     }
+}
+
+/// The token of `Bearer <token>`; the scheme is case-insensitive and one or more spaces follow
+/// it (RFC 9110, section 11.4).
+fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
+    let space = authorization.iter().position(|&c| c == b' ')?;
+    let (scheme, rest) = authorization.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    let start = rest.iter().position(|&c| c != b' ')?;
+    Some(&rest[start..])
 }
 
 /// Compares without an early exit, so the time taken does not tell how much of a guess was
@@ -111,6 +123,12 @@ mod tests {
         };
         assert_eq!(status(Some("Bearer s3cret"), peer("10.0.0.1:1")), Ok(()));
         assert_eq!(status(Some("Bearer s3cret"), None), Ok(()));
+        // The scheme is case-insensitive, followed by one or more spaces (RFC 9110 11.4).
+        assert_eq!(status(Some("bearer s3cret"), peer("10.0.0.1:1")), Ok(()));
+        assert_eq!(status(Some("BEARER s3cret"), peer("10.0.0.1:1")), Ok(()));
+        assert_eq!(status(Some("Bearer   s3cret"), peer("10.0.0.1:1")), Ok(()));
+        assert_eq!(status(Some("Bearers3cret"), peer("10.0.0.1:1")), Err(401));
+        assert_eq!(status(Some("Bearer"), peer("10.0.0.1:1")), Err(401));
         assert_eq!(status(None, peer("127.0.0.1:1")), Err(401));
         assert_eq!(status(Some("Bearer nope"), peer("127.0.0.1:1")), Err(401));
         assert_eq!(status(Some("Basic s3cret"), peer("127.0.0.1:1")), Err(401));

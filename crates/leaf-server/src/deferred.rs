@@ -1,6 +1,7 @@
-//! A segment store whose connection is retried on use: when a networked store (MySQL) cannot be
-//! reached at start-up, segment mode starts "not ready" and the allocator's start-up retries
-//! reach the server through this wrapper, instead of the process exiting.
+//! A segment store whose connection is retried on use: when a store cannot be opened at start-up
+//! for a reason that may pass (a MySQL server down, a SQLite file locked by another program),
+//! segment mode starts "not ready" and the allocator's start-up retries reach the store through
+//! this wrapper, instead of the process exiting.
 
 use std::fmt;
 use std::future::Future;

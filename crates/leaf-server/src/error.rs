@@ -12,10 +12,14 @@ pub const CODE_UNKNOWN_KEY: i64 = -2;
 pub const CODE_SEGMENTS_NOT_READY: i64 = -3;
 /// Leaf's snowflake code: the clock is still behind after the wait.
 pub const CODE_CLOCK_STILL_BEHIND: i64 = -1;
-/// Leaf's snowflake code: the clock moved back more than allowed.
+/// Leaf's snowflake code: the clock moved back more than allowed (also used when it jumped
+/// forward more than trusted: Leaf's code for a clock that cannot be issued from).
 pub const CODE_CLOCK_MOVED_BACK: i64 = -3;
 /// The fork's snowflake code: the worker id's lease was lost.
 pub const CODE_LEASE_LOST: i64 = -4;
+/// The fork's code: a finite space ran out (a tag's IDs up to `i64::MAX`, the layout's
+/// timestamps); retrying does not help until an operator acts.
+pub const CODE_EXHAUSTED: i64 = -5;
 
 /// Which part of the service an error came from; it decides Leaf's result code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,26 +89,29 @@ impl ApiError {
         ))
     }
 
-    /// Maps a core error from `origin` to its answer.
+    /// Maps a core error from `origin` to its answer. The message is [`public_reason`]'s; the
+    /// error itself goes to the log.
     pub fn from_core(origin: Origin, err: Error) -> Self {
+        let message = public_reason(origin, &err);
+        let not_ready = match origin {
+            Origin::Segment => CODE_SEGMENTS_NOT_READY,
+            _ => 503,
+        };
         match err {
-            Error::NotFound(what) => {
-                let mut e = Self::not_found(format!("not found: {what}"));
+            Error::NotFound(_) => {
+                let mut e = Self::not_found(message);
                 if origin == Origin::Segment {
                     e.code = CODE_UNKNOWN_KEY;
                 }
                 e
             }
-            Error::InvalidInput(why) => Self::bad_request(why),
-            Error::AlreadyExists(what) => {
-                Self::new(StatusCode::CONFLICT, format!("already exists: {what}"))
-            }
+            Error::InvalidInput(_) => Self::bad_request(message),
+            Error::AlreadyExists(_) => Self::new(StatusCode::CONFLICT, message),
             Error::Unavailable(why) => {
-                let code = match origin {
-                    Origin::Segment => CODE_SEGMENTS_NOT_READY,
-                    _ => 503,
-                };
-                Self::unavailable(code, format!("unavailable: {why}"), 1)
+                // Frequent during an outage, whose cause is logged at warn where it happens
+                // (a failed load, a failed renewal).
+                tracing::debug!(?origin, error = %why, "answered unavailable");
+                Self::unavailable(not_ready, message, 1)
             }
             Error::ClockMovedBackwards { behind_ms, waited } => {
                 let code = if waited {
@@ -112,33 +119,56 @@ impl ApiError {
                 } else {
                     CODE_CLOCK_MOVED_BACK
                 };
-                Self::unavailable(
-                    code,
-                    format!("clock moved backwards by {behind_ms} ms"),
-                    behind_ms.div_ceil(1000),
-                )
+                Self::unavailable(code, message, behind_ms.div_ceil(1000))
             }
+            Error::ClockJumpedForward { ahead_ms } => Self::unavailable(
+                CODE_CLOCK_MOVED_BACK,
+                format!(
+                    "the wall clock jumped {ahead_ms} ms ahead; snowflake waits for it to come back"
+                ),
+                1,
+            ),
             Error::LeaseLost(why) => {
-                Self::unavailable(CODE_LEASE_LOST, format!("worker id lease lost: {why}"), 1)
+                tracing::debug!(error = %why, "answered lease lost");
+                Self::unavailable(CODE_LEASE_LOST, message, 1)
             }
-            Error::Exhausted(why) => Self::unavailable(503, format!("exhausted: {why}"), 60),
+            Error::Exhausted(_) => Self::unavailable(CODE_EXHAUSTED, message, 60),
             Error::Backend { backend, source } => {
-                // The client's error text can carry hosts and statements: log it, answer less.
                 tracing::warn!(backend, error = %source, "backend error");
-                Self::unavailable(
-                    match origin {
-                        Origin::Segment => CODE_SEGMENTS_NOT_READY,
-                        _ => 503,
-                    },
-                    format!("the {backend} backend is unavailable"),
-                    1,
-                )
+                Self::unavailable(not_ready, message, 1)
             }
             other => {
                 tracing::error!(error = %other, "unexpected error");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
             }
         }
+    }
+}
+
+/// What a client may learn of `err` from `origin`: its kind in words, never a backend's own text
+/// (an OS message with a path, a driver's message with hosts or statements). Every client-facing
+/// error text (answers, `/readyz`) comes from here. Kept: names the client sent (a tag) and the
+/// numbers of the server's own rules.
+pub fn public_reason(origin: Origin, err: &Error) -> String {
+    match err {
+        Error::NotFound(what) => format!("not found: {what}"),
+        Error::InvalidInput(why) => why.clone(),
+        Error::AlreadyExists(what) => format!("already exists: {what}"),
+        Error::Unavailable(_) => match origin {
+            Origin::Segment => "segment IDs are unavailable for now; retry".into(),
+            Origin::Snowflake => "snowflake IDs are unavailable for now; retry".into(),
+            Origin::Other => "the store is unavailable for now; retry".into(),
+        },
+        Error::ClockMovedBackwards { behind_ms, .. } => {
+            format!("clock moved backwards by {behind_ms} ms")
+        }
+        Error::ClockJumpedForward { ahead_ms } => format!(
+            "the wall clock jumped {ahead_ms} ms forward; snowflake IDs stop until it comes back"
+        ),
+        Error::LeaseLost(_) => "worker id lease lost".into(),
+        Error::Exhausted(why) => format!("exhausted: {why}"),
+        Error::Backend { backend, .. } => format!("the {backend} backend is unavailable"),
+        _ => "internal error".into(),
     }
 }
 
@@ -188,8 +218,11 @@ mod tests {
         };
         check(Origin::Snowflake, back(true), 503, -1);
         check(Origin::Snowflake, back(false), 503, -3);
+        let ahead = Error::ClockJumpedForward { ahead_ms: 90_000 };
+        check(Origin::Snowflake, ahead, 503, -3);
         check(Origin::Snowflake, Error::LeaseLost("t".into()), 503, -4);
-        check(Origin::Segment, Error::Exhausted("t".into()), 503, 503);
+        check(Origin::Segment, Error::Exhausted("t".into()), 503, -5);
+        check(Origin::Snowflake, Error::Exhausted("t".into()), 503, -5);
         check(Origin::Segment, Error::backend("sqlite", "locked"), 503, -3);
         check(Origin::Other, Error::Config("x".into()), 500, 500);
     }
@@ -202,6 +235,43 @@ mod tests {
         );
         assert!(!e.message.contains("10.1.2.3"), "{}", e.message);
         assert!(e.message.contains("mysql"), "{}", e.message);
+    }
+
+    /// A cache-file failure as the OS reports it, path and all.
+    const OS_TEXT: &str = "cannot write /srv/secret/leaf-data/worker-leaf.properties: Permission denied (os error 13)";
+
+    #[test]
+    fn client_messages_carry_no_backend_text() {
+        let kinds = || {
+            vec![
+                Error::Unavailable(format!(
+                    "the clock passed the durable time mark 5 ms and renewing it failed: \
+                     cache-file backend: {OS_TEXT}"
+                )),
+                Error::LeaseLost(OS_TEXT.into()),
+                Error::backend("cache-file", OS_TEXT),
+                Error::Config(OS_TEXT.into()),
+            ]
+        };
+        for origin in [Origin::Segment, Origin::Snowflake, Origin::Other] {
+            for err in kinds() {
+                let shown = format!("{err}");
+                let e = ApiError::from_core(origin, err);
+                assert!(!e.message.is_empty(), "{shown}");
+                for secret in ["/srv/secret", "os error", "Permission denied"] {
+                    assert!(
+                        !e.message.contains(secret),
+                        "{origin:?} {shown}: {}",
+                        e.message
+                    );
+                }
+                assert_eq!(
+                    public_reason(origin, &Error::backend("cache-file", OS_TEXT)),
+                    ApiError::from_core(origin, Error::backend("cache-file", OS_TEXT)).message,
+                    "one mapping"
+                );
+            }
+        }
     }
 
     #[test]

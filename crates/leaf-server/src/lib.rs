@@ -12,9 +12,11 @@ pub mod identity;
 pub mod logging;
 pub mod metrics;
 pub mod pages;
+pub mod peer_clock;
 pub mod server;
 pub mod state;
 pub mod warm;
+pub mod write_timeout;
 
 pub use api::app;
 pub use config::Config;

@@ -30,8 +30,10 @@ use crate::backend;
 use crate::config::{Config, Loaded, ServerConfig};
 use crate::identity;
 use crate::metrics::Metrics;
+use crate::peer_clock;
 use crate::state::{AppState, LoadMetrics, SegmentService, SnowflakeService};
 use crate::warm;
+use crate::write_timeout::WriteTimeout;
 
 /// How far back "recently used" reaches for the warm-restart list.
 const WARM_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -88,7 +90,7 @@ pub async fn start(config: &Config, local: SocketAddr) -> anyhow::Result<Running
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let metrics = Arc::new(Metrics::new());
     let layout = config.snowflake.layout()?;
-    layout.check_now(clock.now_ms())?;
+    crate::config::SnowflakeSection::check_layout_now(&layout, clock.now_ms())?;
     let warm_file = warm::path(&config.snowflake.cache_dir, &config.name);
     let mut tasks = Vec::new();
 
@@ -114,6 +116,9 @@ pub async fn start(config: &Config, local: SocketAddr) -> anyhow::Result<Running
     })
 }
 
+/// How often a graceful stop tries to release the worker id.
+const RELEASE_ATTEMPTS: u64 = 3;
+
 impl Running {
     /// The graceful end: the final mark and release, the warm-restart list, the tasks.
     pub async fn stop(self) {
@@ -122,13 +127,27 @@ impl Running {
             .as_ref()
             .and_then(SnowflakeService::generator)
         {
-            match g.shutdown().await {
-                Ok(()) => tracing::info!(
-                    worker_id = g.worker_id(),
-                    "worker id released with its final mark"
-                ),
-                Err(e) => {
-                    tracing::error!(error = %e, "snowflake shutdown failed; the next start waits for the clock to pass the last mark")
+            // A failed release (the registry briefly unreachable) is tried again a few times:
+            // the generator keeps the lease until a release succeeds.
+            let mut attempt = 1;
+            loop {
+                match g.shutdown().await {
+                    Ok(()) => {
+                        tracing::info!(
+                            worker_id = g.worker_id(),
+                            "worker id released with its final mark"
+                        );
+                        break;
+                    }
+                    Err(e) if attempt < RELEASE_ATTEMPTS => {
+                        tracing::warn!(attempt, error = %e, "snowflake release failed; retrying");
+                        attempt += 1;
+                        tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "snowflake release failed; the next start waits for the clock to pass the last mark");
+                        break;
+                    }
                 }
             }
         }
@@ -164,12 +183,9 @@ async fn start_segment(
         url = %crate::config::redact_url(&config.segment.url),
         "segment store configured"
     );
-    let allocator = SegmentAllocator::new(
-        store,
-        Arc::clone(clock),
-        backend::allocator_config(&config.segment),
-    )
-    .with_observer(Arc::new(LoadMetrics(Arc::clone(metrics))));
+    let allocator =
+        SegmentAllocator::new(store, Arc::clone(clock), config.segment.allocator_config())
+            .with_observer(Arc::new(LoadMetrics(Arc::clone(metrics))));
     let warm_tags = warm::read(warm_file);
     let first = match seed(allocator.store().as_ref(), &seeds).await {
         Ok(()) => allocator.init().await,
@@ -190,7 +206,7 @@ async fn start_segment(
         }
         Err(e) if e.is_retryable() => {
             tracing::warn!(error = %e, "segment mode cannot start yet; retrying in the background");
-            let service = SegmentService::starting(allocator.clone(), e.to_string());
+            let service = SegmentService::starting(allocator.clone(), &e);
             let s = service.clone();
             tasks.push(tokio::spawn(async move {
                 let mut pause = Duration::from_millis(500);
@@ -213,7 +229,7 @@ async fn start_segment(
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "segment mode still cannot start");
-                            s.set_not_ready_reason(e.to_string());
+                            s.set_not_ready_reason(&e);
                             pause = (pause * 2).min(MAX_RETRY);
                         }
                     }
@@ -246,7 +262,24 @@ async fn start_snowflake(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<SnowflakeService> {
     let identity = identity::node_identity(&config.snowflake, listen_port)?;
-    let registry = backend::worker_registry(config).await?;
+    let backend::Registry {
+        worker: registry,
+        peers,
+    } = backend::registry(config).await?;
+    if let Some(directory) = peers {
+        let checked = peer_clock::gate(
+            directory.as_ref(),
+            &identity,
+            clock.as_ref(),
+            config.snowflake.zk.max_peer_skew_ms,
+            |peer| peer_clock::http_time(peer, peer_clock::PEER_TIMEOUT),
+        )
+        .await;
+        if let Err(why) = checked {
+            tracing::error!(reason = %why, "snowflake mode refused; segment mode serves");
+            return Ok(SnowflakeService::refused(why));
+        }
+    }
     let layout = config.snowflake.layout()?;
     let generator_config = backend::generator_config(&config.snowflake, layout);
     tracing::info!(mode = registry.mode(), %identity, "starting snowflake mode");
@@ -265,7 +298,7 @@ async fn start_snowflake(
         }
         Err(e) if e.is_retryable() => {
             tracing::warn!(error = %e, "snowflake mode cannot start yet; retrying in the background");
-            let service = SnowflakeService::pending(e.to_string());
+            let service = SnowflakeService::pending(&e);
             let s = service.clone();
             let clock = Arc::clone(clock);
             tasks.push(tokio::spawn(async move {
@@ -289,7 +322,7 @@ async fn start_snowflake(
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "snowflake mode still cannot start");
-                            s.set_pending_reason(e.to_string());
+                            s.set_pending_reason(&e);
                             pause = (pause * 2).min(MAX_RETRY);
                         }
                     }
@@ -333,6 +366,7 @@ pub async fn serve(
         .header_read_timeout(Duration::from_secs(config.idle_timeout_s))
         .max_buf_size(config.max_header_bytes)
         .keep_alive(true);
+    let write_timeout = Duration::from_secs(config.write_timeout_s);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -355,7 +389,8 @@ pub async fn serve(
             req.extensions_mut().insert(ConnectInfo(peer));
             router.clone().call(req)
         });
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let io = TokioIo::new(WriteTimeout::new(stream, write_timeout));
+        let conn = graceful.watch(http.serve_connection(io, service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");

@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use leaf_core::{SnowflakeLayout, Tag};
+use leaf_core::{Error, SnowflakeLayout, Tag};
 use leaf_segment::{LoadObserver, SegmentAllocator};
 use leaf_snowflake::{Snowflake, SnowflakeState};
 
 use crate::config::Config;
-use crate::error::{ApiError, CODE_SEGMENTS_NOT_READY};
+use crate::error::{ApiError, CODE_SEGMENTS_NOT_READY, Origin, public_reason};
 use crate::metrics::Metrics;
 
 /// The shared state of the HTTP handlers. Cheap to clone.
@@ -142,17 +142,22 @@ pub struct SegmentService {
 impl SegmentService {
     /// A service whose allocator is initialised.
     pub fn ready(allocator: SegmentAllocator) -> Self {
-        let s = Self::starting(allocator, "initialising");
+        let s = Self::with_reason(allocator, "initialising".into());
         s.mark_ready();
         s
     }
 
-    /// A service whose allocator is not initialised yet, for `reason`.
-    pub fn starting(allocator: SegmentAllocator, reason: impl Into<String>) -> Self {
+    /// A service whose allocator is not initialised yet, because of `err`; clients learn only
+    /// its [`public_reason`].
+    pub fn starting(allocator: SegmentAllocator, err: &Error) -> Self {
+        Self::with_reason(allocator, public_reason(Origin::Segment, err))
+    }
+
+    fn with_reason(allocator: SegmentAllocator, reason: String) -> Self {
         SegmentService {
             allocator,
             ready: Arc::new(AtomicBool::new(false)),
-            reason: Arc::new(Mutex::new(reason.into())),
+            reason: Arc::new(Mutex::new(reason)),
         }
     }
 
@@ -166,9 +171,10 @@ impl SegmentService {
         self.ready.store(true, Ordering::Release);
     }
 
-    /// Records why the allocator is not ready yet.
-    pub fn set_not_ready_reason(&self, reason: impl Into<String>) {
-        *self.reason.lock().unwrap_or_else(|p| p.into_inner()) = reason.into();
+    /// Records why the allocator is not ready yet (as its [`public_reason`]).
+    pub fn set_not_ready_reason(&self, err: &Error) {
+        *self.reason.lock().unwrap_or_else(|p| p.into_inner()) =
+            public_reason(Origin::Segment, err);
     }
 
     /// Whether `init` succeeded.
@@ -216,10 +222,19 @@ impl SnowflakeService {
         s
     }
 
-    /// A service whose generator could not be started yet, for `reason`.
-    pub fn pending(reason: impl Into<String>) -> Self {
+    /// A service whose generator could not be started yet, because of `err`; clients learn
+    /// only its [`public_reason`].
+    pub fn pending(err: &Error) -> Self {
         let s = Self::default();
-        s.set_pending_reason(reason);
+        s.set_pending_reason(err);
+        s
+    }
+
+    /// A service that will not start in this run, for `reason`: a text of the server's own
+    /// (the peer clock check's), shown to clients as it is.
+    pub fn refused(reason: String) -> Self {
+        let s = Self::default();
+        *s.pending.lock().unwrap_or_else(|p| p.into_inner()) = reason;
         s
     }
 
@@ -228,9 +243,10 @@ impl SnowflakeService {
         let _ = self.generator.set(generator);
     }
 
-    /// Records why the generator is not started.
-    pub fn set_pending_reason(&self, reason: impl Into<String>) {
-        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = reason.into();
+    /// Records why the generator is not started (as its [`public_reason`]).
+    pub fn set_pending_reason(&self, err: &Error) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) =
+            public_reason(Origin::Snowflake, err);
     }
 
     /// The generator, once started.
@@ -269,15 +285,7 @@ impl SnowflakeService {
             }
             SnowflakeState::Ready if status.lease_valid => Ok(()),
             SnowflakeState::Ready => Err(("the worker id lease is not valid".into(), 1)),
-            SnowflakeState::WaitingForClock { behind_ms } => Err((
-                format!(
-                    "waiting for the clock to pass the previous time mark ({behind_ms} ms behind)"
-                ),
-                behind_ms.div_ceil(1000),
-            )),
-            SnowflakeState::Unavailable { reason } => Err((reason, 1)),
-            SnowflakeState::LeaseLost => Err(("the worker id lease was lost".into(), 1)),
-            SnowflakeState::Closed => Err(("shutting down".into(), 1)),
+            other => Err(state_reason(&other)),
         }
     }
 }
@@ -290,6 +298,33 @@ impl fmt::Debug for SnowflakeService {
     }
 }
 
+/// Why a generator in `state` is not ready, for `/readyz`, and a `Retry-After`. The generator's
+/// own reason for `Unavailable` can carry a backend's text (a cache file's path and OS error): it
+/// is logged when the state is entered, and clients get a fixed phrase.
+fn state_reason(state: &SnowflakeState) -> (String, u64) {
+    match state {
+        SnowflakeState::Ready => ("ready".into(), 1),
+        SnowflakeState::WaitingForClock { behind_ms } => (
+            format!("waiting for the clock to pass the previous time mark ({behind_ms} ms behind)"),
+            behind_ms.div_ceil(1000),
+        ),
+        SnowflakeState::Unavailable { .. } => (
+            "cannot issue IDs for now (the server log says why)".into(),
+            1,
+        ),
+        SnowflakeState::ClockJumped { ahead_ms } => (
+            format!(
+                "the wall clock jumped {ahead_ms} ms ahead of the monotonic clock; waiting for \
+                 it to come back"
+            ),
+            1,
+        ),
+        SnowflakeState::Exhausted { reason } => (format!("exhausted: {reason}"), 60),
+        SnowflakeState::LeaseLost => ("the worker id lease was lost".into(), 1),
+        SnowflakeState::Closed => ("shutting down".into(), 1),
+    }
+}
+
 /// Feeds the allocator's load reports into the metrics.
 #[derive(Debug)]
 pub struct LoadMetrics(pub Arc<Metrics>);
@@ -298,5 +333,27 @@ impl LoadObserver for LoadMetrics {
     fn on_load(&self, _tag: &Tag, _ok: bool, took: Duration) {
         // Per-tag counts come from the allocator's snapshot at scrape time.
         self.0.segment_load(took);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unavailable_generators_reason_stays_in_the_log() {
+        let state = SnowflakeState::Unavailable {
+            reason: "renewing the mark failed: cache-file backend: cannot write \
+                     /srv/secret/leaf-data/worker-leaf.properties: Permission denied (os error 13)"
+                .into(),
+        };
+        let (why, _) = state_reason(&state);
+        assert!(
+            !why.contains("/srv/secret") && !why.contains("os error"),
+            "{why}"
+        );
+        let (why, after) = state_reason(&SnowflakeState::WaitingForClock { behind_ms: 2500 });
+        assert!(why.contains("2500"), "{why}");
+        assert_eq!(after, 3);
     }
 }

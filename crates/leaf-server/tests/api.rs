@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use axum::Router;
@@ -12,7 +12,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use leaf_core::{
-    AcquireRequest, Clock, Lease, ManualClock, NodeIdentity, RegistryCapabilities, Renewal,
+    AcquireRequest, Clock, Error, Lease, ManualClock, NodeIdentity, RegistryCapabilities, Renewal,
     Result as CoreResult, SegmentStore, SnowflakeLayout, SystemClock, WorkerIdRegistry,
 };
 use leaf_segment::{SegmentAllocator, SegmentConfig};
@@ -31,6 +31,8 @@ const WORKER: u64 = 5;
 struct FakeRegistry {
     prev_mark_ms: Option<u64>,
     lost: AtomicBool,
+    /// The registry's own copy of the mark (0: none), as the mysql row.
+    confirmed_ms: AtomicU64,
 }
 
 #[async_trait]
@@ -42,22 +44,22 @@ impl WorkerIdRegistry for FakeRegistry {
         RegistryCapabilities::new(false, false)
     }
     async fn acquire(&self, _req: &AcquireRequest) -> CoreResult<Lease> {
-        Ok(Lease {
-            worker_id: WORKER,
-            prev_mark_ms: self.prev_mark_ms,
-            ttl: None,
-        })
+        Ok(Lease::new(WORKER, self.prev_mark_ms))
     }
     async fn renew(&self, _lease: &Lease, _mark_ms: u64) -> CoreResult<Renewal> {
         Ok(if self.lost.load(Ordering::SeqCst) {
             Renewal::LeaseLost
         } else {
-            Renewal::Ok
+            Renewal::OK
         })
     }
     async fn release(&self, _lease: &Lease, _final_mark_ms: u64) -> CoreResult<()> {
         Ok(())
     }
+    fn confirmed_mark_ms(&self) -> Option<u64> {
+        Some(self.confirmed_ms.load(Ordering::SeqCst)).filter(|m| *m > 0)
+    }
+    async fn abandon(&self, _lease: &Lease) {}
 }
 
 struct Fixture {
@@ -73,6 +75,7 @@ struct Setup {
     snowflake: bool,
     prev_mark_ms: Option<u64>,
     clock: Option<ManualClock>,
+    generator: SnowflakeConfig,
 }
 
 impl Default for Setup {
@@ -86,6 +89,7 @@ impl Default for Setup {
             snowflake: true,
             prev_mark_ms: None,
             clock: None,
+            generator: SnowflakeConfig::default(),
         }
     }
 }
@@ -121,7 +125,7 @@ impl Setup {
                 registry.clone(),
                 NodeIdentity::new("10.0.0.1", 8080),
                 clock,
-                SnowflakeConfig::default(),
+                self.generator.clone(),
             )
             .await
             .unwrap();
@@ -131,7 +135,7 @@ impl Setup {
         };
         let state = AppState::new(
             &self.config,
-            SnowflakeLayout::default(),
+            self.generator.layout,
             segment,
             snowflake,
             metrics,
@@ -147,6 +151,21 @@ impl Setup {
 
 async fn fixture() -> Fixture {
     Setup::default().build().await
+}
+
+/// The default fixture with its generator on a manual clock at `t0`, one snowflake ID issued
+/// and ready.
+async fn serving_on_manual_clock(t0: u64) -> (Fixture, ManualClock) {
+    let clock = ManualClock::new(t0);
+    let f = Setup {
+        clock: Some(clock.clone()),
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    plain_id(&get(&f.app, "/api/snowflake/get/x").await);
+    assert_eq!(get(&f.app, "/readyz").await.status, 200);
+    (f, clock)
 }
 
 struct Reply {
@@ -306,6 +325,11 @@ async fn malformed_tags_are_400() {
         "a%00b".into(),
         "a%7Fb".into(),
         "%FF%FE".into(),
+        // Not percent-encoding at all (the README's "bad percent-encoding").
+        "%zz".into(),
+        "%".into(),
+        "a%2".into(),
+        "a%g0b".into(),
     ] {
         for base in ["/api/segment/get/", "/v1/segment/"] {
             let uri = format!("{base}{tag}");
@@ -479,6 +503,34 @@ async fn disabled_modes_answer_404_saying_so() {
     .await;
     plain_id(&get(&f.app, "/api/snowflake/get/x").await);
     get(&f.app, "/api/segment/get/t").await.error(404, 404);
+}
+
+#[tokio::test]
+async fn descriptions_over_256_characters_are_400() {
+    let f = fixture().await;
+    let create = |tag: &str, description: String| {
+        format!(r#"{{"tag":"{tag}","description":"{description}"}}"#)
+    };
+    let post = |body: String| {
+        let app = f.app.clone();
+        async move { send(&app, Method::POST, "/v1/tags", LOCAL, &[], Some(&body)).await }
+    };
+    let m = post(create("d1", "x".repeat(257))).await.error(400, 400);
+    assert!(m.contains("256"), "{m}");
+    assert_eq!(post(create("d2", "\u{e9}".repeat(256))).await.status, 201);
+    let patch = |body: String| {
+        let app = f.app.clone();
+        async move { send(&app, Method::PATCH, "/v1/tags/d2", LOCAL, &[], Some(&body)).await }
+    };
+    patch(format!(r#"{{"description":"{}"}}"#, "y".repeat(257)))
+        .await
+        .error(400, 400);
+    assert_eq!(
+        patch(format!(r#"{{"description":"{}"}}"#, "y".repeat(256)))
+            .await
+            .status,
+        200
+    );
 }
 
 #[tokio::test]
@@ -716,7 +768,7 @@ async fn segment_not_started_is_503() {
         Arc::new(SystemClock::new()),
         SegmentConfig::default(),
     );
-    let service = SegmentService::starting(allocator, "the store is down");
+    let service = SegmentService::starting(allocator, &Error::backend("sqlite", "locked"));
     let state = AppState::new(
         &Config::default(),
         SnowflakeLayout::default(),
@@ -726,7 +778,7 @@ async fn segment_not_started_is_503() {
     );
     let app = app(state);
     let m = get(&app, "/api/segment/get/t").await.error(503, -3);
-    assert!(m.contains("the store is down"), "{m}");
+    assert!(m.contains("starting") && m.contains("sqlite"), "{m}");
     let r = get(&app, "/readyz").await;
     r.error(503, 503);
     assert_eq!(r.json()["segment"]["ready"], false);
@@ -757,8 +809,58 @@ async fn snowflake_too_far_behind_its_mark_is_503_and_not_ready() {
 }
 
 #[tokio::test]
+async fn snowflake_past_the_end_of_its_timestamp_field_is_503_and_not_ready() {
+    // 16 timestamp bits: the field ends 65,535 ms after the epoch; the clock starts 1 s before.
+    let t0 = 1_700_000_000_000;
+    let clock = ManualClock::new(t0);
+    let f = Setup {
+        clock: Some(clock.clone()),
+        generator: SnowflakeConfig {
+            layout: SnowflakeLayout::new(16, 10, 12, t0 - 64_535).unwrap(),
+            ..SnowflakeConfig::default()
+        },
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    plain_id(&get(&f.app, "/api/snowflake/get/x").await);
+    assert_eq!(get(&f.app, "/readyz").await.status, 200);
+    clock.advance(std::time::Duration::from_millis(2000));
+    let g = f.generator.as_ref().unwrap();
+    assert!(g.renew_once().await.unwrap().is_ok());
+    let m = get(&f.app, "/api/snowflake/get/x").await.error(503, -5);
+    assert!(m.contains("exhausted"), "{m}");
+    let r = get(&f.app, "/readyz").await;
+    let m = r.error(503, 503);
+    assert!(m.contains("ran out"), "{m}");
+    assert_eq!(r.json()["snowflake"]["ready"], false);
+}
+
+#[tokio::test]
+async fn wall_clock_jump_forward_is_503_minus_3_and_not_ready_until_undone() {
+    let t0 = 1_700_000_000_000;
+    let (f, clock) = serving_on_manual_clock(t0).await;
+    let g = f.generator.as_ref().unwrap();
+    clock.set_ms(t0 + 3_600_000);
+    g.renew_once().await.ok();
+    let m = get(&f.app, "/api/snowflake/get/x").await.error(503, -3);
+    assert!(m.contains("jumped"), "{m}");
+    let m = get(&f.app, "/readyz").await.error(503, 503);
+    assert!(m.contains("jumped"), "{m}");
+    let metrics = get(&f.app, "/metrics").await.text();
+    assert!(
+        metrics.contains("leaf_snowflake_clock_jumps_total 1"),
+        "{metrics}"
+    );
+    clock.set_ms(t0);
+    assert!(g.renew_once().await.unwrap().is_ok());
+    assert_eq!(get(&f.app, "/readyz").await.status, 200);
+    plain_id(&get(&f.app, "/api/snowflake/get/x").await);
+}
+
+#[tokio::test]
 async fn snowflake_not_started_is_503() {
-    let service = SnowflakeService::pending("the registry is down");
+    let service = SnowflakeService::pending(&Error::Unavailable("the registry is down".into()));
     let state = AppState::new(
         &Config::default(),
         SnowflakeLayout::default(),
@@ -768,8 +870,55 @@ async fn snowflake_not_started_is_503() {
     );
     let app = app(state);
     let m = get(&app, "/api/snowflake/get/x").await.error(503, 503);
-    assert!(m.contains("the registry is down"), "{m}");
+    assert!(m.contains("not available"), "{m}");
     get(&app, "/readyz").await.error(503, 503);
+}
+
+#[tokio::test]
+async fn backend_error_text_never_reaches_clients() {
+    // A cache-file failure as the OS words it, and a driver's message with a host.
+    let os = "cannot lock /srv/secret/leaf-data/worker-leaf.lock: Permission denied (os error 13)";
+    let sql =
+        "error returned from database: 1045 (28000): Access denied for user 'leaf'@'10.9.8.7'";
+    let store = Arc::new(MemoryStore::with_tags([("t", 10)]));
+    let allocator = SegmentAllocator::new(
+        store,
+        Arc::new(SystemClock::new()),
+        SegmentConfig::default(),
+    );
+    let segment = SegmentService::starting(allocator, &Error::Unavailable(format!("mysql: {sql}")));
+    let snowflake = SnowflakeService::pending(&Error::backend("cache-file", os));
+    let app = app(AppState::new(
+        &Config::default(),
+        SnowflakeLayout::default(),
+        Some(segment.clone()),
+        Some(snowflake.clone()),
+        Arc::new(Metrics::new()),
+    ));
+    let check = |what: &str, body: &str| {
+        for secret in ["/srv/secret", "os error", "10.9.8.7", "Access denied"] {
+            assert!(!body.contains(secret), "{what}: {body}");
+        }
+    };
+    for uri in [
+        "/api/snowflake/get/x",
+        "/v1/snowflake",
+        "/api/segment/get/t",
+        "/v1/segment/t",
+    ] {
+        let r = get(&app, uri).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+        check(uri, &r.text());
+    }
+    let r = get(&app, "/readyz").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    check("/readyz", &r.text());
+    // The reasons a retrying start-up records later are cleaned the same way.
+    segment.set_not_ready_reason(&Error::backend("sqlite", os));
+    snowflake.set_pending_reason(&Error::Unavailable(format!("cache file: {os}")));
+    check("/readyz", &get(&app, "/readyz").await.text());
+    check("segment", &get(&app, "/api/segment/get/t").await.text());
+    check("snowflake", &get(&app, "/api/snowflake/get/x").await.text());
 }
 
 #[tokio::test]
@@ -785,15 +934,7 @@ async fn lease_lost_is_503_with_code_minus_4() {
 
 #[tokio::test]
 async fn clock_moved_back_is_503_with_code_minus_3_until_it_catches_up() {
-    let clock = ManualClock::new(1_700_000_000_000);
-    let f = Setup {
-        clock: Some(clock.clone()),
-        ..Setup::default()
-    }
-    .build()
-    .await;
-    plain_id(&get(&f.app, "/api/snowflake/get/x").await);
-    assert_eq!(get(&f.app, "/readyz").await.status, 200);
+    let (f, clock) = serving_on_manual_clock(1_700_000_000_000).await;
     clock.back(1500);
     let r = get(&f.app, "/api/snowflake/get/x").await;
     let m = r.error(503, -3);
@@ -805,6 +946,23 @@ async fn clock_moved_back_is_503_with_code_minus_3_until_it_catches_up() {
     clock.advance(std::time::Duration::from_millis(1501));
     assert_eq!(get(&f.app, "/readyz").await.status, 200);
     plain_id(&get(&f.app, "/api/snowflake/get/x").await);
+}
+
+#[tokio::test]
+async fn registry_mark_lag_is_a_metric_where_the_registry_keeps_a_copy() {
+    let f = fixture().await;
+    let name = "leaf_snowflake_registry_mark_lag_seconds";
+    let text = get(&f.app, "/metrics").await.text();
+    assert!(!text.contains(name), "no copy, no metric:\n{text}");
+    let durable = f.generator.as_ref().unwrap().status().durable_mark_ms;
+    f.registry
+        .confirmed_ms
+        .store(durable - 2500, Ordering::SeqCst);
+    let text = get(&f.app, "/metrics").await.text();
+    assert!(
+        text.lines().any(|l| l == format!("{name} 2.5")),
+        "{name} 2.5 expected:\n{text}"
+    );
 }
 
 #[tokio::test]

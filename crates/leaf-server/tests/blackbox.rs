@@ -1,5 +1,6 @@
 //! Black-box tests of the built binary: started with no configuration in a temporary working
-//! directory, spoken to over real HTTP on loopback, stopped with SIGTERM and SIGKILL.
+//! directory, spoken to over real HTTP on loopback, stopped with SIGTERM and SIGKILL; and the
+//! peer clock check with the binary as the peer.
 
 #![cfg(all(feature = "local", feature = "sqlite"))]
 
@@ -13,6 +14,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{Reply, Server, command, free_port, http, wait_exit};
+use leaf_core::{Clock, ManualClock, SystemClock};
+use leaf_server::peer_clock::{self, PeerClock};
 
 const TAG: &str = "leaf-segment-test";
 
@@ -242,9 +245,10 @@ fn a_bad_config_value_fails_start_up_naming_it() {
     let err = run_expecting_failure(dir.path(), &[("LEAF_SEGMENT__PRELOAD_THRESHOLD", "7")], &[]);
     assert!(err.contains("segment.preload_threshold"), "{err}");
 
-    // A backend that is not compiled in names the cargo feature to enable.
-    let err = run_expecting_failure(dir.path(), &[("LEAF_SNOWFLAKE__MODE", "zk_recycle")], &[]);
-    assert!(err.contains("`zk-recycle`"), "{err}");
+    // A backend that is not compiled in names the cargo feature to enable (etcd: none of the
+    // feature sets the tests run with has it).
+    let err = run_expecting_failure(dir.path(), &[("LEAF_SNOWFLAKE__MODE", "etcd")], &[]);
+    assert!(err.contains("`etcd`"), "{err}");
 }
 
 #[test]
@@ -363,4 +367,134 @@ fn a_time_mark_far_ahead_keeps_snowflake_unavailable_while_segment_serves() {
     assert_eq!(ready.json()["segment"]["ready"], true);
     assert_eq!(s.get(&format!("/api/segment/get/{TAG}")).id(), 1);
     assert!(s.sigterm().0.success());
+}
+
+#[test]
+fn a_locked_sqlite_file_at_start_up_is_retried_while_snowflake_serves() {
+    use sqlx::{Connection, SqliteConnection};
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("leaf-data");
+    std::fs::create_dir_all(&data).unwrap();
+    let url = format!("sqlite://{}?mode=rwc", data.join("leaf.db").display());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Another program holds the server's file exclusively, in SQLite's default (rollback)
+    // journal mode: the server cannot even read it.
+    let mut other = rt.block_on(SqliteConnection::connect(&url)).unwrap();
+    for sql in ["CREATE TABLE other (x INTEGER)", "BEGIN EXCLUSIVE"] {
+        rt.block_on(sqlx::query(sql).execute(&mut other)).unwrap();
+    }
+    let mut s = Server::spawn(
+        dir.path(),
+        free_port(),
+        1,
+        &[("LEAF_SEGMENT__BUSY_TIMEOUT_MS", "100")],
+    );
+    s.wait_for("/api/snowflake/get/x", Duration::from_secs(30));
+    let r = s.get(&format!("/api/segment/get/{TAG}"));
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.json()["code"], -3);
+    assert!(r.header("retry-after").is_some());
+    let ready = s.get("/readyz");
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    let ready = ready.json();
+    assert_eq!(ready["snowflake"]["ready"], true);
+    assert_eq!(ready["segment"]["ready"], false);
+    assert!(
+        ready["segment"]["reason"]
+            .as_str()
+            .is_some_and(|why| !why.is_empty()),
+        "{ready}"
+    );
+
+    rt.block_on(sqlx::query("ROLLBACK").execute(&mut other))
+        .unwrap();
+    rt.block_on(other.close()).unwrap();
+    // The background start-up gets the file now: segment serves, and the node is ready.
+    s.wait_for(&format!("/api/segment/get/{TAG}"), Duration::from_secs(30));
+    s.wait_for("/readyz", Duration::from_secs(10));
+    assert!(s.sigterm().0.success());
+}
+
+#[test]
+fn a_corrupt_sqlite_file_stops_start_up_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("leaf-data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(
+        data.join("leaf.db"),
+        "this is not a sqlite database ".repeat(200),
+    )
+    .unwrap();
+    let err = run_expecting_failure(dir.path(), &[], &[]);
+    assert!(err.contains("segment.url"), "{err}");
+    assert!(err.contains("leaf.db"), "{err}");
+    assert!(err.contains("not a usable sqlite database"), "{err}");
+}
+
+// The peer clock check of the ZooKeeper modes, against this binary as the peer.
+
+/// How long the clock check waits for a peer's answer.
+const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running peer for the clock check, with its working directory.
+fn peer() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), 1);
+    (dir, s)
+}
+
+#[tokio::test]
+async fn the_time_route_answers_the_wall_clock() {
+    let (_dir, server) = peer();
+    let before = SystemClock::new().now_ms();
+    let reply = server.get("/v1/time");
+    let after = SystemClock::new().now_ms();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let now_ms = reply.json()["now_ms"].as_u64().unwrap_or_else(|| {
+        panic!("no now_ms in {}", reply.body);
+    });
+    assert!(
+        (before..=after).contains(&now_ms),
+        "{before} <= {now_ms} <= {after}"
+    );
+    let by_getter = peer_clock::http_time(format!("127.0.0.1:{}", server.port), PEER_TIMEOUT)
+        .await
+        .unwrap();
+    assert!(by_getter >= now_ms);
+}
+
+#[tokio::test]
+async fn a_node_on_the_peers_clock_passes_and_one_a_minute_ahead_is_refused() {
+    let (_dir, server) = peer();
+    let peers = vec![format!("127.0.0.1:{}", server.port)];
+    let get = |p: String| peer_clock::http_time(p, PEER_TIMEOUT);
+
+    // The same machine's clock: well within 5 s.
+    let r = peer_clock::check(&peers, &SystemClock::new(), 5000, get).await;
+    match r {
+        PeerClock::Agrees { skew_ms, peers: 1 } => assert!(skew_ms.abs() < 1000, "{skew_ms}"),
+        other => panic!("{other:?}"),
+    }
+
+    // A clock a minute ahead of the peer's.
+    let ahead = ManualClock::new(SystemClock::new().now_ms() + 60_000);
+    let r = peer_clock::check(&peers, &ahead, 5000, get).await;
+    match &r {
+        PeerClock::Off {
+            skew_ms,
+            peers: 1,
+            max_skew_ms: 5000,
+        } => assert!((55_000..=61_000).contains(skew_ms), "{skew_ms}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(r.refusal().is_some());
+
+    // The peer gone: nobody to compare with, which passes.
+    drop(server);
+    let r = peer_clock::check(&peers, &ahead, 5000, get).await;
+    assert_eq!(r, PeerClock::NoPeers { asked: 1 });
 }

@@ -32,18 +32,15 @@ impl WorkerIdRegistry for InMemory {
         RegistryCapabilities::new(false, false)
     }
     async fn acquire(&self, _: &AcquireRequest) -> Result<Lease> {
-        Ok(Lease {
-            worker_id: 1,
-            prev_mark_ms: None,
-            ttl: None,
-        })
+        Ok(Lease::new(1, None))
     }
     async fn renew(&self, _: &Lease, _: u64) -> Result<Renewal> {
-        Ok(Renewal::Ok)
+        Ok(Renewal::OK)
     }
     async fn release(&self, _: &Lease, _: u64) -> Result<()> {
         Ok(())
     }
+    async fn abandon(&self, _: &Lease) {}
 }
 
 /// Starts a generator whose renewer runs on `background` (every 1 s, keeping the mark 2-3 s

@@ -19,6 +19,13 @@ pub struct SnowflakeStatus {
     pub mark_lag_ms: i64,
     /// How often the clock was found behind the last issued timestamp since start-up.
     pub clock_backwards_total: u64,
+    /// How often the wall clock was found to have jumped forward further than
+    /// `max_forward_step` (each jump counted once, however long it lasts).
+    pub clock_jumps_total: u64,
+    /// The mark the shared registry last confirmed, where it keeps a copy apart from the
+    /// durable one (`WorkerIdRegistry::confirmed_mark_ms`, e.g. the `mysql` row); `None`
+    /// otherwise. `durable_mark_ms` minus this is how far that copy lags.
+    pub registry_mark_ms: Option<u64>,
 }
 
 /// Whether the generator can issue IDs.
@@ -33,10 +40,23 @@ pub enum SnowflakeState {
         behind_ms: u64,
     },
     /// Not issuing; the reason names the cause (the clock's gap to the previous mark, a time mark
-    /// that could not be made durable).
+    /// that could not be made durable, the clock before the epoch or past the timestamp field's
+    /// end).
     Unavailable {
         /// Why, for logs and the 503 body.
         reason: String,
+    },
+    /// The wall clock is past the end of the layout's timestamp field: no ID can be issued
+    /// again with this layout and epoch.
+    Exhausted {
+        /// When the field ran out (numbers only; fit for clients).
+        reason: String,
+    },
+    /// The wall clock jumped forward further than `max_forward_step` beyond the monotonic
+    /// clock's reckoning: nothing is issued and the mark does not move until it comes back.
+    ClockJumped {
+        /// How far the wall clock is ahead of the reckoning.
+        ahead_ms: u64,
     },
     /// The registry took the worker id away, or the lease was not renewed in time (fencing).
     /// The renewer keeps trying to renew or to acquire a new worker id.

@@ -324,3 +324,24 @@ async fn batch_is_ascending_unique_and_spans_milliseconds() {
     assert!(matches!(sf.next_ids(0).await, Err(Error::InvalidInput(_))));
     assert_eq!(sf.status().state, SnowflakeState::Ready);
 }
+
+#[tokio::test]
+async fn status_is_not_ready_once_the_timestamp_field_ran_out() {
+    // 16 timestamp bits: the field ends 65,535 ms after the epoch; the clock starts 1 s before.
+    let layout = SnowflakeLayout::new(16, 2, 2, T0 - 64_535).unwrap();
+    let reg = MemRegistry::new(1);
+    let clock = ManualClock::new(T0);
+    let sf = start(&reg, &clock, config(layout, 0)).await;
+    sf.next_id().await.unwrap();
+    assert_eq!(sf.status().state, SnowflakeState::Ready);
+    clock.advance(Duration::from_millis(2000));
+    // The mark moves on as always; only the field's end stops issuing.
+    assert!(sf.renew_once().await.unwrap().is_ok());
+    assert!(matches!(sf.next_id().await, Err(Error::Exhausted(_))));
+    match sf.status().state {
+        SnowflakeState::Exhausted { reason } => {
+            assert!(reason.contains("ran out"), "{reason}");
+        }
+        other => panic!("expected exhausted, got {other:?}"),
+    }
+}

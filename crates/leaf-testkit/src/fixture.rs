@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
@@ -35,6 +36,13 @@ pub trait RegistryFixture: Send + Sync {
     /// `previous` first, so a lease that was not released is a crash; the caller passes the
     /// only handle it has.
     async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry>;
+
+    /// Lets a lease of `ttl` expire: the time passes, as the registry's recycler sees it, for a
+    /// lease that is not renewed. By default a real sleep of `ttl` plus 1.5 s (the recycler's
+    /// polling slack); an in-memory fixture advances its clock instead.
+    async fn let_expire(&self, ttl: Duration) {
+        tokio::time::sleep(ttl + Duration::from_millis(1500)).await;
+    }
 
     /// The identity of node `i`. For a registry that does not assign ids itself
     /// (`assigns_distinct_ids == false`, the `local` mode), the fixture configures distinct

@@ -47,7 +47,7 @@ macro_rules! store_conformance {
                 create_and_duplicate_create,
                 step_update,
                 invalid_input_is_refused,
-                overflow_is_exhausted,
+                the_last_ids_are_handed_out_then_exhausted,
             );
             $( $crate::__store_capability!($cap = $val; $fixture); )+
 
@@ -68,7 +68,8 @@ macro_rules! store_conformance {
 ///
 /// As [`store_conformance!`], with a future yielding a
 /// [`RegistryFixture`](crate::RegistryFixture) and the capabilities of
-/// `leaf_core::RegistryCapabilities`: `recycles` and `assigns_distinct_ids`.
+/// `leaf_core::RegistryCapabilities`: `recycles`, `assigns_distinct_ids` and
+/// `exclusive_identity`.
 ///
 /// ```
 /// # use std::sync::Arc;
@@ -90,6 +91,7 @@ macro_rules! store_conformance {
 ///     async { LocalFixture::new() },
 ///     recycles = false,
 ///     assigns_distinct_ids = false,
+///     exclusive_identity = false,
 /// );
 /// # fn main() {}
 /// ```
@@ -106,6 +108,7 @@ macro_rules! registry_conformance {
                 mark_comes_back_on_reacquire,
                 release_then_reacquire,
                 renew_after_release_is_lease_lost,
+                acquire_after_abandon_on_the_same_instance,
             );
             $( $crate::__registry_capability!($cap = $val; $fixture); )+
 
@@ -162,6 +165,9 @@ macro_rules! __registry_capability {
         $crate::__conformance_tests!(registry_cases, $fixture;
             released_id_carries_its_mark,
             pool_stays_within_the_layout,
+            granted_ttl_fits_the_callers_timing,
+            expired_id_returns_with_its_last_renewed_mark,
+            far_ahead_mark_is_skipped,
         );
     };
     (recycles = false; $fixture:expr) => {
@@ -177,10 +183,16 @@ macro_rules! __registry_capability {
     (assigns_distinct_ids = false; $fixture:expr) => {
         $crate::__conformance_tests!(registry_cases, $fixture; unconfigured_identity_is_config);
     };
+    (exclusive_identity = true; $fixture:expr) => {
+        $crate::__conformance_tests!(registry_cases, $fixture;
+            second_live_holder_of_an_identity_is_refused,
+        );
+    };
+    (exclusive_identity = false; $fixture:expr) => {};
     ($cap:ident = $val:tt; $fixture:expr) => {
         ::core::compile_error!(::core::concat!(
             "unknown registry capability `", ::core::stringify!($cap = $val),
-            "`: declare recycles and assigns_distinct_ids, each = true or = false"
+            "`: declare recycles, assigns_distinct_ids and exclusive_identity, each = true or = false"
         ));
     };
 }

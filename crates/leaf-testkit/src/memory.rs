@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use leaf_core::store::checked_advance;
+use leaf_core::store::clamp_step;
 use leaf_core::{
     Allocation, Error, NewTag, Result, SegmentStore, StoreCapabilities, Tag, TagRecord, TagUpdate,
 };
@@ -122,8 +122,8 @@ impl SegmentStore for MemoryStore {
         let row = rows
             .get_mut(tag)
             .ok_or_else(|| Error::NotFound(format!("tag {tag}")))?;
-        let used_step = step.unwrap_or(row.step);
-        row.max_id = checked_advance(tag, row.max_id, used_step)?;
+        let used_step = clamp_step(tag, row.max_id, step.unwrap_or(row.step))?;
+        row.max_id += used_step;
         Ok(Allocation {
             tag: tag.clone(),
             max_id: row.max_id,

@@ -22,12 +22,7 @@ fn now_ms() -> u64 {
 
 /// An acquire request for `identity` at the current time.
 pub fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
-    AcquireRequest {
-        identity,
-        max_worker_id,
-        now_ms: now_ms(),
-        max_ahead_ms: 10_000,
-    }
+    AcquireRequest::new(identity, max_worker_id, now_ms())
 }
 
 async fn acquire(registry: &dyn WorkerIdRegistry, identity: NodeIdentity, max: u64) -> Lease {
@@ -39,7 +34,7 @@ async fn acquire(registry: &dyn WorkerIdRegistry, identity: NodeIdentity, max: u
 
 async fn renew(registry: &dyn WorkerIdRegistry, lease: &Lease, mark: u64) {
     let r = registry.renew(lease, mark).await.expect("renew");
-    assert_eq!(r, Renewal::Ok, "renewing a lease just acquired");
+    assert!(r.is_ok(), "renewing a lease just acquired: {r:?}");
 }
 
 // In a recycling registry an identity holds no id of its own; asking for a pool of one id
@@ -274,6 +269,118 @@ pub async fn unconfigured_identity_is_config(fixture: &dyn RegistryFixture) {
     assert!(matches!(e, Error::Config(_)), "{e}");
 }
 
+/// After `LeaseLost` (or a failed start) the caller abandons its lease: the abandoned lease
+/// renews and releases as one not held, and the same registry instance acquires again (its
+/// cache directory still locked by it) and renews the new lease.
+pub async fn acquire_after_abandon_on_the_same_instance(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    let max = DEFAULT_MAX_WORKER_ID;
+    let lease = acquire(&*node, fixture.identity(6), max).await;
+    let m = now_ms() + 3000;
+    renew(&*node, &lease, m).await;
+    node.abandon(&lease).await;
+    let r = node.renew(&lease, m + 1000).await.expect("renew");
+    assert_eq!(r, Renewal::LeaseLost, "an abandoned lease renewed");
+    let again = acquire(&*node, fixture.identity(6), max).await;
+    if !node.capabilities().recycles {
+        assert_eq!(again.worker_id, lease.worker_id, "the identity's own id");
+        assert!(
+            again.prev_mark_ms >= Some(m),
+            "mark {m} was renewed before the abandon, got {:?}",
+            again.prev_mark_ms
+        );
+    }
+    renew(&*node, &again, now_ms() + 3000).await;
+    node.release(&again, now_ms()).await.expect("release");
+}
+
+/// (`exclusive_identity = true`) While a node holds its identity, a second live node with the
+/// same `ip:port` (its own cache directory) is refused with an error naming the identity;
+/// once the first releases, the second gets the same id.
+pub async fn second_live_holder_of_an_identity_is_refused(fixture: &dyn RegistryFixture) {
+    let first = fixture.node().await;
+    assert!(first.capabilities().exclusive_identity);
+    let identity = fixture.identity(7);
+    let lease = acquire(&*first, identity.clone(), DEFAULT_MAX_WORKER_ID).await;
+    let second = fixture.node().await;
+    let e = second
+        .acquire(&request(identity.clone(), DEFAULT_MAX_WORKER_ID))
+        .await
+        .expect_err("a second live holder of one identity");
+    assert!(
+        e.to_string().contains(&identity.to_string()),
+        "the error names the identity: {e}"
+    );
+    assert!(!e.is_retryable(), "a start-up refusal, not an outage: {e}");
+    first.release(&lease, now_ms()).await.expect("release");
+    let got = acquire(&*second, identity, DEFAULT_MAX_WORKER_ID).await;
+    assert_eq!(got.worker_id, lease.worker_id);
+    second.release(&got, now_ms()).await.expect("release");
+}
+
+/// (`recycles = true`) A lease's TTL leaves the holder time to renew: above the request's
+/// minimum, at acquire and in every renewal's answer.
+pub async fn granted_ttl_fits_the_callers_timing(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    let req = request(fixture.identity(1), DEFAULT_MAX_WORKER_ID);
+    let lease = node.acquire(&req).await.expect("acquire");
+    let ttl = lease.ttl.expect("a recycling lease has a ttl");
+    assert!(
+        ttl > req.min_ttl(),
+        "ttl {ttl:?} <= minimum {:?}",
+        req.min_ttl()
+    );
+    match node.renew(&lease, now_ms() + 3000).await.expect("renew") {
+        Renewal::Ok { ttl: Some(t) } => assert!(t > req.min_ttl(), "renewal granted {t:?}"),
+        other => panic!("a renewal of a recycling lease grants a ttl, got {other:?}"),
+    }
+    node.release(&lease, now_ms()).await.expect("release");
+}
+
+/// (`recycles = true`) A node that crashed (no release, no renewals) loses its id after the
+/// TTL: the next claimer gets it with `prev_mark_ms` at least the last renewed mark, under a
+/// new token, and the old owner's renewal then answers `LeaseLost`.
+pub async fn expired_id_returns_with_its_last_renewed_mark(fixture: &dyn RegistryFixture) {
+    let a = fixture.node().await;
+    let lease = acquire(&*a, fixture.identity(1), 0).await;
+    let m = now_ms() + 3000;
+    renew(&*a, &lease, m).await;
+    fixture.let_expire(lease.ttl.expect("ttl")).await;
+    let b = fixture.node().await;
+    let next = acquire(&*b, fixture.identity(2), 0).await;
+    assert_eq!(next.worker_id, 0);
+    assert!(
+        next.prev_mark_ms >= Some(m),
+        "mark {m} was renewed before the crash, got {:?}",
+        next.prev_mark_ms
+    );
+    assert_ne!(next.token, lease.token, "a new claim has a new token");
+    let r = a.renew(&lease, m + 1000).await.expect("renew");
+    assert_eq!(
+        r,
+        Renewal::LeaseLost,
+        "the expired owner renewed a recycled id"
+    );
+    b.release(&next, now_ms()).await.expect("release");
+}
+
+/// (`recycles = true`) An id whose mark is further ahead of the claimer's clock than
+/// `max_ahead_ms` (another machine's clock ran fast) is left alone and another id claimed.
+pub async fn far_ahead_mark_is_skipped(fixture: &dyn RegistryFixture) {
+    let a = fixture.node().await;
+    let lease = acquire(&*a, fixture.identity(1), 1).await;
+    let far = now_ms() + 3_600_000;
+    a.release(&lease, far).await.expect("release");
+    let b = fixture.node().await;
+    let req = request(fixture.identity(2), 1).with_max_ahead_ms(10_000);
+    let next = b.acquire(&req).await.expect("acquire");
+    assert_ne!(
+        next.worker_id, lease.worker_id,
+        "an id marked an hour ahead was claimed"
+    );
+    b.release(&next, now_ms()).await.expect("release");
+}
+
 /// The registry's `capabilities()` are exactly those the test declares.
 pub async fn capabilities_are_as_declared(
     fixture: &dyn RegistryFixture,
@@ -283,6 +390,7 @@ pub async fn capabilities_are_as_declared(
     let actual = [
         ("recycles", caps.recycles),
         ("assigns_distinct_ids", caps.assigns_distinct_ids),
+        ("exclusive_identity", caps.exclusive_identity),
     ];
     crate::macros::check_declared(&actual, declared);
 }

@@ -295,30 +295,46 @@ pub async fn invalid_input_is_refused(fixture: &dyn StoreFixture) {
     );
 }
 
-/// A `max_id` that would pass `i64::MAX` is `Exhausted` and leaves the row as it was; a step
-/// that still fits is granted.
-pub async fn overflow_is_exhausted(fixture: &dyn StoreFixture) {
+/// Near `i64::MAX` a step (stored or dynamic) is cut to what is left, so every ID up to the end
+/// is handed out; then the tag is `Exhausted` and its row stays at `i64::MAX`.
+pub async fn the_last_ids_are_handed_out_then_exhausted(fixture: &dyn StoreFixture) {
     let store = fixture.store().await;
     let t = tag(&namespace(), "overflow");
-    let start = i64::MAX - 5;
+    let start = i64::MAX - 25;
     create(&*store, &t, start, 10).await;
-    let e = store
+    let a = store
         .allocate(&t, None)
         .await
-        .expect_err("overflowing allocate");
-    assert!(matches!(e, Error::Exhausted(_)), "{e}");
+        .expect("a stored step that fits");
     assert_eq!(
-        store.get(&t).await.expect("get").expect("row").max_id,
-        start
+        (a.range(), a.used_step, a.step),
+        (start..start + 10, 10, 10)
     );
-    let last = store.allocate(&t, Some(5)).await.expect("the last five");
-    assert_eq!(last.range(), start..i64::MAX);
-    let e = store.allocate(&t, Some(1)).await.expect_err("past the end");
-    assert!(matches!(e, Error::Exhausted(_)), "{e}");
+    // A dynamic step larger than what is left gets the rest.
+    let b = store
+        .allocate(&t, Some(1000))
+        .await
+        .expect("the rest, for a dynamic step");
+    assert_eq!(
+        (b.range(), b.used_step, b.step),
+        (start + 10..i64::MAX, 15, 10)
+    );
+    for step in [None, Some(1)] {
+        let e = store
+            .allocate(&t, step)
+            .await
+            .expect_err("an allocation past the end");
+        assert!(matches!(e, Error::Exhausted(_)), "{e}");
+    }
     assert_eq!(
         store.get(&t).await.expect("get").expect("row").max_id,
         i64::MAX
     );
+    // The stored step is cut the same way.
+    let u = tag(&namespace(), "overflow-stored");
+    create(&*store, &u, i64::MAX - 3, 10).await;
+    let c = store.allocate(&u, None).await.expect("the last three");
+    assert_eq!((c.range(), c.used_step), (i64::MAX - 3..i64::MAX, 3));
 }
 
 /// (`durable`) Rows written through one handle are there, unchanged, for a new handle opened

@@ -1,6 +1,7 @@
 //! The conformance suite against the in-memory reference backends.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
@@ -38,6 +39,9 @@ impl RegistryFixture for MemoryRegistryFixture {
         drop(previous);
         self.node().await
     }
+    async fn let_expire(&self, ttl: Duration) {
+        self.0.clock().advance(ttl);
+    }
     fn identity(&self, i: u16) -> NodeIdentity {
         NodeIdentity::new(format!("10.1.{}.{}", i / 256, i % 256), 8080)
     }
@@ -48,6 +52,7 @@ leaf_testkit::registry_conformance!(
     async { MemoryRegistryFixture(MemoryRegistryPool::new(false)) },
     recycles = false,
     assigns_distinct_ids = true,
+    exclusive_identity = true,
 );
 
 leaf_testkit::registry_conformance!(
@@ -55,4 +60,5 @@ leaf_testkit::registry_conformance!(
     async { MemoryRegistryFixture(MemoryRegistryPool::new(true)) },
     recycles = true,
     assigns_distinct_ids = true,
+    exclusive_identity = false,
 );

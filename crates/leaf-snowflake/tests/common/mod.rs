@@ -23,6 +23,10 @@ pub struct Durable {
     pub marks: HashMap<u64, u64>,
     pub renewals: u64,
     pub releases: Vec<(u64, u64)>,
+    /// Calls of `release`, failed ones included.
+    pub release_calls: u64,
+    /// Worker ids of the leases the generator abandoned.
+    pub abandons: Vec<u64>,
     pub acquires: Vec<AcquireRequest>,
 }
 
@@ -34,6 +38,7 @@ pub struct MemRegistry {
     worker_id: Arc<AtomicU64>,
     ttl: Option<Duration>,
     fail_renew: Arc<AtomicBool>,
+    fail_release: Arc<AtomicBool>,
     lose: Arc<AtomicBool>,
     /// A renewal that takes this long on this clock (advanced during the call).
     slow_renew: Arc<Mutex<Option<(ManualClock, Duration)>>>,
@@ -47,6 +52,7 @@ impl MemRegistry {
             worker_id: Arc::new(AtomicU64::new(worker_id)),
             ttl: None,
             fail_renew: Arc::default(),
+            fail_release: Arc::default(),
             lose: Arc::default(),
             slow_renew: Arc::default(),
         }
@@ -66,6 +72,19 @@ impl MemRegistry {
     /// Makes renewals fail with a backend error (the mark is not durable).
     pub fn fail_renewals(&self, on: bool) {
         self.fail_renew.store(on, Ordering::SeqCst);
+    }
+
+    /// Makes releases fail with a backend error (the id is not given back).
+    pub fn fail_releases(&self, on: bool) {
+        self.fail_release.store(on, Ordering::SeqCst);
+    }
+
+    pub fn abandons(&self) -> Vec<u64> {
+        self.durable.lock().unwrap().abandons.clone()
+    }
+
+    pub fn release_calls(&self) -> u64 {
+        self.durable.lock().unwrap().release_calls
     }
 
     /// Makes renewals answer `LeaseLost`.
@@ -109,10 +128,10 @@ impl WorkerIdRegistry for MemRegistry {
         let worker_id = self.worker_id.load(Ordering::SeqCst);
         let mut d = self.durable.lock().unwrap();
         d.acquires.push(req.clone());
-        Ok(Lease {
-            worker_id,
-            prev_mark_ms: d.marks.get(&worker_id).copied(),
-            ttl: self.ttl,
+        let lease = Lease::new(worker_id, d.marks.get(&worker_id).copied());
+        Ok(match self.ttl {
+            Some(ttl) => lease.with_ttl(ttl),
+            None => lease,
         })
     }
 
@@ -130,14 +149,22 @@ impl WorkerIdRegistry for MemRegistry {
         let mut d = self.durable.lock().unwrap();
         d.marks.insert(lease.worker_id, mark_ms);
         d.renewals += 1;
-        Ok(Renewal::Ok)
+        Ok(Renewal::Ok { ttl: lease.ttl })
     }
 
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
         let mut d = self.durable.lock().unwrap();
+        d.release_calls += 1;
+        if self.fail_release.load(Ordering::SeqCst) {
+            return Err(Error::backend("memory", "injected release failure"));
+        }
         d.marks.insert(lease.worker_id, final_mark_ms);
         d.releases.push((lease.worker_id, final_mark_ms));
         Ok(())
+    }
+
+    async fn abandon(&self, lease: &Lease) {
+        self.durable.lock().unwrap().abandons.push(lease.worker_id);
     }
 }
 

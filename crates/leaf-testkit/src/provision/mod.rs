@@ -1,16 +1,20 @@
 //! Real servers for the tests: a ready endpoint per backend kind, from a container started
 //! with testcontainers or from a server named by a `LEAFTEST_*_URL` variable.
 //!
-//! A [`ServerKind`] says how to run and reach one kind of server (MySQL now; ZooKeeper and etcd
-//! are more `ServerKind`s: an image, its variables, a readiness log line and a probe):
+//! A [`ServerKind`] says how to run and reach one kind of server ([`MYSQL`], [`ZOOKEEPER`];
+//! etcd is one more: an image, its variables, a readiness log line and a probe). This module
+//! runs containers of any kind; each kind's module adds how a test isolates itself on it:
 //!
-//! - [`shared`]: the server of this test binary. With `LEAFTEST_MYSQL_URL` (the kind's URL
-//!   variable) set, that server; else one container of the image named by `LEAFTEST_MYSQL_IMAGE`
-//!   (default: the official image), started on first use and reused by every test of the
-//!   process (a process-wide `tokio::sync::OnceCell`). Tests isolate themselves inside it (one
-//!   database per test: [`mysql_database`]).
+//! - [`shared`]: the server of this test binary. With the kind's URL variable
+//!   (`LEAFTEST_MYSQL_URL`, `LEAFTEST_ZK_URL`) set, that server; else one container of the image
+//!   named by its image variable (`LEAFTEST_MYSQL_IMAGE`, `LEAFTEST_ZK_IMAGE`; default: the
+//!   official image), started on first use and reused by every test of the process (a
+//!   process-wide `tokio::sync::OnceCell`). Tests isolate themselves inside it: one database
+//!   per test ([`mysql_database`]), one ZooKeeper root per test ([`zk_namespace`]).
 //! - [`dedicated`]: a container of one's own, on a fixed loopback port, that a fault test may
 //!   stop and start again.
+//! - [`zk_ensemble`]: three ZooKeeper containers on a Docker network of their own, each one
+//!   a [`Dedicated`] that can be stopped and started.
 //!
 //! Nothing is ever skipped: a server that cannot be provisioned or reached fails the test with
 //! a message saying what to set. Containers publish their port on `127.0.0.1` only. A shared
@@ -26,12 +30,22 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use testcontainers::bollard::models::{HostConfig, PortBinding};
-use testcontainers::bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use testcontainers::bollard::query_parameters::{
+    ListContainersOptions, ListNetworksOptions, RemoveContainerOptions,
+};
 use testcontainers::core::wait::WaitFor;
 use testcontainers::core::{ContainerPort, IntoContainerPort};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::sync::OnceCell;
+
+mod mysql;
+mod zookeeper;
+
+pub use mysql::{MYSQL, MysqlDatabase, mysql_database, mysql_database_on, with_database};
+pub use zookeeper::{
+    ZOOKEEPER, ZkEnsemble, ZkNamespace, zk_ensemble, zk_namespace, zk_namespace_on,
+};
 
 /// Label keys on every container started here.
 const LABEL_PID: &str = "org.leaf-rs.testkit.pid";
@@ -172,7 +186,9 @@ pub async fn shared(kind: &'static ServerKind) -> Result<Endpoint, ProvisionErro
                     _container: None,
                 });
             }
-            let (container, endpoint) = on_runtime(start(kind, None)).await.map_err(|e| e.0)?;
+            let (container, endpoint) = on_runtime(start(kind, Launch::default()))
+                .await
+                .map_err(|e| e.0)?;
             Ok(Shared {
                 endpoint,
                 _container: Some(container),
@@ -189,13 +205,23 @@ pub async fn shared(kind: &'static ServerKind) -> Result<Endpoint, ProvisionErro
 /// across [`stop`](Dedicated::stop) and [`start`](Dedicated::start). Always a container, even
 /// with the URL variable set: a test that stops a server must own it.
 pub async fn dedicated(kind: &'static ServerKind) -> Result<Dedicated, ProvisionError> {
-    let port = free_port()?;
-    let (container, endpoint) = on_runtime(start(kind, Some(port))).await?;
-    Ok(Dedicated {
-        kind,
-        endpoint,
-        container: Some(container),
-    })
+    let d = Dedicated::launch(kind, Launch::default()).await?;
+    d.wait_ready().await?;
+    Ok(d)
+}
+
+/// How one container departs from its kind's defaults.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Launch {
+    /// The loopback port its server is published on (an ephemeral one when `None`).
+    pub(crate) host_port: Option<u16>,
+    /// A Docker network of its own to join (testcontainers creates it on first use and removes
+    /// it with its last container).
+    pub(crate) network: Option<String>,
+    /// The container's name, by which the other containers of its network reach it.
+    pub(crate) name: Option<String>,
+    /// Variables beyond the kind's.
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// A container owned by one test; removed by [`remove`](Dedicated::remove), or in the
@@ -216,6 +242,37 @@ impl fmt::Debug for Dedicated {
 }
 
 impl Dedicated {
+    /// Starts the container on a fixed loopback port (the one of `launch`, else a free one)
+    /// without waiting for more than its readiness line: the members of an ensemble answer
+    /// only once enough of them run.
+    pub(crate) async fn launch(
+        kind: &'static ServerKind,
+        mut launch: Launch,
+    ) -> Result<Dedicated, ProvisionError> {
+        if launch.host_port.is_none() {
+            launch.host_port = Some(free_port()?);
+        }
+        let (container, endpoint) = on_runtime(launch_container(kind, launch)).await?;
+        Ok(Dedicated {
+            kind,
+            endpoint,
+            container: Some(container),
+        })
+    }
+
+    /// Waits until the server answers.
+    pub(crate) async fn wait_ready(&self) -> Result<(), ProvisionError> {
+        probe_until_ready(self.kind, &self.endpoint, PROBE_TIMEOUT)
+            .await
+            .map_err(|e| {
+                ProvisionError(format!(
+                    "{} in {} does not answer: {e}",
+                    self.kind.name,
+                    image_of(self.kind)
+                ))
+            })
+    }
+
     /// Where the server answers (the same before and after a restart).
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
@@ -308,13 +365,27 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
-/// Starts a container of `kind`, published on `127.0.0.1:{host_port}` (an ephemeral port when
-/// `None`), and waits until it answers.
+/// Starts a container of `kind` as `launch` says and waits until it answers.
 async fn start(
     kind: &'static ServerKind,
-    host_port: Option<u16>,
+    launch: Launch,
+) -> Result<(ContainerAsync<GenericImage>, Endpoint), ProvisionError> {
+    let (container, endpoint) = launch_container(kind, launch).await?;
+    let image = image_of(kind);
+    probe_until_ready(kind, &endpoint, PROBE_TIMEOUT)
+        .await
+        .map_err(|e| ProvisionError(format!("{} in {image} does not answer: {e}", kind.name)))?;
+    Ok((container, endpoint))
+}
+
+/// Starts a container of `kind`, its server published on `127.0.0.1` (on `launch.host_port`,
+/// else an ephemeral port), and waits for its readiness line only.
+async fn launch_container(
+    kind: &'static ServerKind,
+    launch: Launch,
 ) -> Result<(ContainerAsync<GenericImage>, Endpoint), ProvisionError> {
     reap_once().await;
+    let host_port = launch.host_port;
     let image = image_of(kind);
     let (name, tag) = split_image(&image);
     let port: ContainerPort = kind.port.tcp();
@@ -339,6 +410,15 @@ async fn start(
         });
     for (k, v) in kind.env {
         request = request.with_env_var(*k, *v);
+    }
+    for (k, v) in launch.env {
+        request = request.with_env_var(k, v);
+    }
+    if let Some(network) = launch.network {
+        request = request.with_network(network);
+    }
+    if let Some(name) = launch.name {
+        request = request.with_container_name(name);
     }
     let container = request.start().await.map_err(|e| {
         let mut msg = format!("{}: cannot start a container of {image}: {e}", kind.name);
@@ -369,9 +449,6 @@ async fn start(
     let endpoint = Endpoint {
         url: (kind.url)(port),
     };
-    probe_until_ready(kind, &endpoint, PROBE_TIMEOUT)
-        .await
-        .map_err(|e| ProvisionError(format!("{} in {image} does not answer: {e}", kind.name)))?;
     Ok((container, endpoint))
 }
 
@@ -442,117 +519,48 @@ async fn reap_once() {
                         .await;
                 }
             }
+            // The networks of ensembles whose process has ended (testcontainers removes one
+            // with its last container, unless the process died first). Docker refuses to
+            // remove a network that a container still uses.
+            let filters = HashMap::from([("name".to_string(), vec![NETWORK_PREFIX.to_string()])]);
+            let Ok(networks) = docker
+                .list_networks(Some(ListNetworksOptions {
+                    filters: Some(filters),
+                }))
+                .await
+            else {
+                return;
+            };
+            for name in networks.into_iter().filter_map(|n| n.name) {
+                if network_pid(&name).is_some_and(|pid| {
+                    !std::path::Path::new("/proc").join(pid.to_string()).exists()
+                }) {
+                    let _ = docker.remove_network(&name).await;
+                }
+            }
         })
         .await;
 }
 
-/// MySQL: the official `mariadb` image (or `LEAFTEST_MYSQL_IMAGE`, e.g. the local
-/// `leaf-testbed/mariadb:local`), or the server of `LEAFTEST_MYSQL_URL`.
-pub static MYSQL: ServerKind = ServerKind {
-    name: "mysql",
-    url_var: "LEAFTEST_MYSQL_URL",
-    image_var: "LEAFTEST_MYSQL_IMAGE",
-    default_image: "mariadb:11",
-    port: 3306,
-    env: &[("MARIADB_ROOT_PASSWORD", MYSQL_PASSWORD)],
-    // The official image logs "port: 0" for its initialisation server first.
-    ready_log: "port: 3306",
-    url: |port| format!("mysql://root:{MYSQL_PASSWORD}@127.0.0.1:{port}"),
-    probe: |endpoint| Box::pin(mysql_probe(endpoint)),
-    shared: OnceCell::const_new(),
-};
+/// How the names of the Docker networks created here begin.
+const NETWORK_PREFIX: &str = "leaftest-net-";
 
-const MYSQL_PASSWORD: &str = "leaftest";
-
-async fn mysql_probe(endpoint: Endpoint) -> Result<(), String> {
-    use sqlx::Connection;
-    let mut conn = sqlx::mysql::MySqlConnection::connect(&endpoint.url)
-        .await
-        .map_err(|e| e.to_string())?;
-    sqlx::query("SELECT 1")
-        .execute(&mut conn)
-        .await
-        .map_err(|e| e.to_string())?;
-    conn.close().await.map_err(|e| e.to_string())
-}
-
-/// A database of one's own on a MySQL server, dropped (in the background) with this value.
-pub struct MysqlDatabase {
-    /// The database's name (`leaftest_...`).
-    pub name: String,
-    /// The URL of the database, credentials included.
-    pub url: String,
-    server: Endpoint,
-}
-
-impl fmt::Debug for MysqlDatabase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MysqlDatabase")
-            .field("name", &self.name)
-            .field("server", &self.server)
-            .finish()
-    }
-}
-
-/// A new database on the shared MySQL server.
-pub async fn mysql_database() -> Result<MysqlDatabase, ProvisionError> {
-    let server = shared(&MYSQL).await?;
-    mysql_database_on(&server).await
-}
-
-/// A new database, with a random name, on the server at `server`.
-pub async fn mysql_database_on(server: &Endpoint) -> Result<MysqlDatabase, ProvisionError> {
-    use sqlx::Connection;
-    let name = format!(
-        "leaftest_{}_{:012x}",
+/// A name for a new Docker network of this process (`leaftest-net-PID-RANDOM`).
+pub(crate) fn network_name() -> String {
+    format!(
+        "{NETWORK_PREFIX}{}-{:08x}",
         std::process::id(),
-        fastrand::u64(..) >> 16
-    );
-    let mut conn = sqlx::mysql::MySqlConnection::connect(&server.url)
-        .await
-        .map_err(|e| ProvisionError(format!("mysql at {server:?}: {e}")))?;
-    // The name is made above from digits and letters only.
-    let ddl = format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4");
-    sqlx::query(sqlx::AssertSqlSafe(ddl))
-        .execute(&mut conn)
-        .await
-        .map_err(|e| ProvisionError(format!("mysql: cannot create database {name}: {e}")))?;
-    conn.close().await.ok();
-    Ok(MysqlDatabase {
-        url: with_database(&server.url, &name),
-        name,
-        server: server.clone(),
-    })
+        fastrand::u32(..)
+    )
 }
 
-impl Drop for MysqlDatabase {
-    fn drop(&mut self) {
-        let (url, name) = (self.server.url.clone(), self.name.clone());
-        runtime().spawn(async move {
-            use sqlx::Connection;
-            if let Ok(mut conn) = sqlx::mysql::MySqlConnection::connect(&url).await {
-                let ddl = format!("DROP DATABASE IF EXISTS `{name}`");
-                let _ = sqlx::query(sqlx::AssertSqlSafe(ddl))
-                    .execute(&mut conn)
-                    .await;
-                let _ = conn.close().await;
-            }
-        });
-    }
-}
-
-/// `url` with its path replaced by `/{database}` (the query string kept).
-pub fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.find('?') {
-        Some(q) => (&url[..q], &url[q..]),
-        None => (url, ""),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[authority_start..].find('/') {
-        Some(slash) => &base[..authority_start + slash],
-        None => base,
-    };
-    format!("{base}/{database}{query}")
+/// The process id in a network name made by [`network_name`].
+fn network_pid(name: &str) -> Option<u32> {
+    name.strip_prefix(NETWORK_PREFIX)?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -583,20 +591,11 @@ mod tests {
     }
 
     #[test]
-    fn database_urls() {
-        let check = |url: &str, expect: &str| assert_eq!(with_database(url, "db1"), expect);
-        check(
-            "mysql://root:pw@127.0.0.1:3306",
-            "mysql://root:pw@127.0.0.1:3306/db1",
-        );
-        check(
-            "mysql://root:pw@127.0.0.1:3306/",
-            "mysql://root:pw@127.0.0.1:3306/db1",
-        );
-        check(
-            "mysql://u@h/leaf?ssl-mode=disabled",
-            "mysql://u@h/db1?ssl-mode=disabled",
-        );
+    fn network_names_carry_the_process_id() {
+        let name = network_name();
+        assert_eq!(network_pid(&name), Some(std::process::id()), "{name}");
+        assert_eq!(network_pid("leaftest-net-x-1"), None);
+        assert_eq!(network_pid("bridge"), None);
     }
 
     #[test]

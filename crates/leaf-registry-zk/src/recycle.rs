@@ -1,0 +1,520 @@
+//! `zk_recycle`'s pool: `{root}/{name}/recycle/notuse/{id}` holds the free worker ids with the
+//! last mark of their previous owner, `inuse/{id}` the claimed ones with owner, TTL and mark.
+//! Every move between the two is one version-checked multi-op, so an id is in exactly one of
+//! them at any time, and the recycler that returns a silent owner's id judges silence by its own
+//! monotonic clock only.
+//!
+//! `epoch/{id}` fences claims: every claim bumps its version in the claim's multi-op, and every
+//! later write for that claim (renewal, release, recycling) checks it. A node version alone
+//! cannot tell two claims apart (each new `inuse` node starts at version 0), so without it a
+//! paused owner, or a recycler that read the node just before it was recycled and claimed again,
+//! could write over the next claim.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leaf_core::{Clock, Error, Result};
+use zookeeper_client::{self as zk, Acls, CreateMode, MultiWriteError, Stat};
+
+use crate::error::{bounded, map_zk};
+use crate::node::{self, InUse, NotUse};
+use crate::session::{Session, ensure_dir};
+
+/// The paths of one pool.
+#[derive(Clone, Debug)]
+pub(crate) struct Pool {
+    pub(crate) notuse: String,
+    pub(crate) inuse: String,
+    pub(crate) epoch: String,
+}
+
+impl Pool {
+    pub(crate) fn new(base: &str) -> Self {
+        Pool {
+            notuse: format!("{base}/recycle/notuse"),
+            inuse: format!("{base}/recycle/inuse"),
+            epoch: format!("{base}/recycle/epoch"),
+        }
+    }
+
+    pub(crate) fn notuse_of(&self, id: u64) -> String {
+        format!("{}/{id}", self.notuse)
+    }
+
+    pub(crate) fn inuse_of(&self, id: u64) -> String {
+        format!("{}/{id}", self.inuse)
+    }
+
+    pub(crate) fn epoch_of(&self, id: u64) -> String {
+        format!("{}/{id}", self.epoch)
+    }
+}
+
+fn persistent() -> zk::CreateOptions<'static> {
+    CreateMode::Persistent.with_acls(Acls::anyone_all())
+}
+
+/// How many missing ids one multi-op seeds.
+const SEED_BATCH: usize = 128;
+
+/// Creates `notuse/{id}` for every id in `0..=max` that is in neither directory. Each creation
+/// is a multi-op that also creates and deletes `inuse/{id}`, so it fails, changing nothing, if
+/// the id is claimed meanwhile: an id never lands in both directories.
+pub(crate) async fn seed(client: &zk::Client, pool: &Pool, max: u64) -> Result<()> {
+    ensure_dir(client, &pool.notuse).await?;
+    ensure_dir(client, &pool.inuse).await?;
+    ensure_dir(client, &pool.epoch).await?;
+    let free = node::to_json(&NotUse { mark: 0 });
+    // Nodes starting together race to seed the same ids: a batch that fails is listed again
+    // (the winner's batch is all there by then), and only after that one id at a time.
+    for _ in 0..3 {
+        let missing = missing_ids(client, pool, max).await?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut all_in = true;
+        for chunk in missing.chunks(SEED_BATCH) {
+            let mut w = client.new_multi_writer();
+            for id in chunk {
+                add_seed(&mut w, pool, *id, &free)?;
+            }
+            match w.commit().await {
+                Ok(_) => {}
+                Err(MultiWriteError::OperationFailed { .. }) => all_in = false,
+                Err(MultiWriteError::RequestFailed { source }) => {
+                    return Err(map_zk(source, &pool.notuse));
+                }
+            }
+        }
+        if all_in {
+            return Ok(());
+        }
+    }
+    for id in missing_ids(client, pool, max).await? {
+        let mut w = client.new_multi_writer();
+        add_seed(&mut w, pool, id, &free)?;
+        match w.commit().await {
+            // Failed: seeded or claimed meanwhile.
+            Ok(_) | Err(MultiWriteError::OperationFailed { .. }) => {}
+            Err(MultiWriteError::RequestFailed { source }) => {
+                return Err(map_zk(source, &pool.notuse));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The ids of `0..=max` in neither directory.
+async fn missing_ids(client: &zk::Client, pool: &Pool, max: u64) -> Result<Vec<u64>> {
+    let present: BTreeSet<u64> = list_ids(client, &pool.notuse)
+        .await?
+        .into_iter()
+        .chain(list_ids(client, &pool.inuse).await?)
+        .collect();
+    Ok((0..=max).filter(|id| !present.contains(id)).collect())
+}
+
+fn add_seed(w: &mut zk::MultiWriter<'_>, pool: &Pool, id: u64, free: &[u8]) -> Result<()> {
+    let inuse = pool.inuse_of(id);
+    w.add_create(&inuse, &[], &persistent())
+        .and_then(|()| w.add_delete(&inuse, None))
+        .and_then(|()| w.add_create(&pool.notuse_of(id), free, &persistent()))
+        .map_err(|e| map_zk(e, &inuse))
+}
+
+/// The numeric children of `dir`.
+pub(crate) async fn list_ids(client: &zk::Client, dir: &str) -> Result<Vec<u64>> {
+    let children = client
+        .list_children(dir)
+        .await
+        .map_err(|e| map_zk(e, dir))?;
+    Ok(children.iter().filter_map(|c| c.parse().ok()).collect())
+}
+
+/// A claimed id: `inuse/{id}` created at `stat`, with the mark the id carried.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub(crate) id: u64,
+    pub(crate) stat: Stat,
+    /// The version of `epoch/{id}` this claim set.
+    pub(crate) epoch: i32,
+    pub(crate) carried_mark: Option<u64>,
+}
+
+/// Claims a free id `<= max` for `owner`: reads `notuse/{id}` (after `sync`), then in one
+/// multi-op deletes it at the version read and creates `inuse/{id}` with the owner, the TTL and
+/// the carried mark. A concurrent claimer makes the multi-op fail and the next id is tried. Ids
+/// whose mark is more than `max_ahead_ms` ahead of `now_ms` are left in the pool.
+pub(crate) async fn claim(
+    client: &zk::Client,
+    pool: &Pool,
+    max: u64,
+    owner: &str,
+    ttl: Duration,
+    now_ms: u64,
+    max_ahead_ms: u64,
+) -> Result<Claimed> {
+    client
+        .sync(&pool.notuse)
+        .await
+        .map_err(|e| map_zk(e, &pool.notuse))?;
+    let mut free: Vec<u64> = list_ids(client, &pool.notuse)
+        .await?
+        .into_iter()
+        .filter(|id| *id <= max)
+        .collect();
+    // Concurrent starters try the ids in different orders, so they rarely collide.
+    fastrand::shuffle(&mut free);
+    let mut too_far_ahead = None;
+    for id in free {
+        let path = pool.notuse_of(id);
+        let (data, stat) = match client.get_data(&path).await {
+            Ok(d) => d,
+            Err(zk::Error::NoNode) => continue,
+            Err(e) => return Err(map_zk(e, &path)),
+        };
+        let mark = node::parse_notuse(&data, &path)?.mark;
+        if mark > now_ms.saturating_add(max_ahead_ms) {
+            tracing::warn!(
+                worker_id = id,
+                mark_ms = mark,
+                now_ms,
+                "a free worker id's mark is far ahead of this clock; claiming another"
+            );
+            too_far_ahead = Some((id, mark));
+            continue;
+        }
+        let inuse = pool.inuse_of(id);
+        let data = node::to_json(&InUse {
+            owner: owner.to_owned(),
+            ttl_ms: ttl.as_millis() as u64,
+            mark,
+        });
+        // Twice at most: the first time `epoch/{id}` may not exist yet.
+        for _ in 0..2 {
+            let mut w = client.new_multi_writer();
+            w.add_delete(&path, Some(stat.version))
+                .and_then(|()| w.add_set_data(&pool.epoch_of(id), &[], None))
+                .and_then(|()| w.add_create(&inuse, &data, &persistent()))
+                .map_err(|e| map_zk(e, &inuse))?;
+            match w.commit().await {
+                Ok(results) => {
+                    let mut results = results.into_iter().skip(1);
+                    let epoch = match results.next() {
+                        Some(zk::MultiWriteResult::SetData { stat }) => stat.version,
+                        _ => return Err(unexpected(&inuse)),
+                    };
+                    let stat = match results.next() {
+                        Some(zk::MultiWriteResult::Create { stat, .. }) if !stat.is_invalid() => {
+                            stat
+                        }
+                        // Some servers answer a multi's create without its stat: read it.
+                        _ => {
+                            client
+                                .get_data(&inuse)
+                                .await
+                                .map_err(|e| map_zk(e, &inuse))?
+                                .1
+                        }
+                    };
+                    return Ok(Claimed {
+                        id,
+                        stat,
+                        epoch,
+                        carried_mark: (mark > 0).then_some(mark),
+                    });
+                }
+                Err(MultiWriteError::OperationFailed {
+                    index: 1,
+                    source: zk::Error::NoNode,
+                }) => create_epoch(client, pool, id).await?,
+                // Claimed by someone else since it was read.
+                Err(MultiWriteError::OperationFailed { .. }) => break,
+                Err(MultiWriteError::RequestFailed { source }) => {
+                    return Err(map_zk(source, &inuse));
+                }
+            }
+        }
+    }
+    Err(match too_far_ahead {
+        Some((id, mark)) => Error::Unavailable(format!(
+            "no free worker id in 0..={max} is usable now: worker id {id} carries mark {mark}, \
+             more than max_ahead_ms ahead of this clock ({now_ms}); another machine's clock ran fast"
+        )),
+        None => Error::Unavailable(format!(
+            "every worker id in 0..={max} is in use; one comes back when its owner stops or after \
+             its lease ttl"
+        )),
+    })
+}
+
+/// Creates `epoch/{id}` if it is missing (at version 0: no claim yet).
+async fn create_epoch(client: &zk::Client, pool: &Pool, id: u64) -> Result<()> {
+    let path = pool.epoch_of(id);
+    match client.create(&path, &[], &persistent()).await {
+        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+        Err(e) => Err(map_zk(e, &path)),
+    }
+}
+
+fn unexpected(path: &str) -> Error {
+    Error::backend(
+        crate::error::BACKEND,
+        format!("zookeeper answered a multi-op on {path} with unexpected results"),
+    )
+}
+
+/// Moves `inuse/{id}` back to `notuse/{id}` with `mark`, if the claim is still the one of
+/// `epoch` and its node still at `version`. `Ok(false)` if not (renewed, recycled, released,
+/// claimed again).
+pub(crate) async fn give_back(
+    client: &zk::Client,
+    pool: &Pool,
+    id: u64,
+    epoch: i32,
+    version: i32,
+    mark: u64,
+) -> Result<bool> {
+    let inuse = pool.inuse_of(id);
+    let mut w = client.new_multi_writer();
+    w.add_check_version(&pool.epoch_of(id), epoch)
+        .and_then(|()| w.add_delete(&inuse, Some(version)))
+        .and_then(|()| {
+            w.add_create(
+                &pool.notuse_of(id),
+                &node::to_json(&NotUse { mark }),
+                &persistent(),
+            )
+        })
+        .map_err(|e| map_zk(e, &inuse))?;
+    match w.commit().await {
+        Ok(_) => Ok(true),
+        Err(MultiWriteError::OperationFailed { .. }) => Ok(false),
+        Err(MultiWriteError::RequestFailed { source }) => Err(map_zk(source, &inuse)),
+    }
+}
+
+/// What a renewal's write found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// Written; the node's new version.
+    At(i32),
+    /// The claim is still this one (same epoch) but the node is at another version: an earlier
+    /// write of this owner landed without its answer.
+    OtherVersion,
+    /// The claim is gone: recycled, or claimed again.
+    Lost,
+}
+
+/// Writes `data` to `inuse/{id}` if the claim is still the one of `epoch` and the node at
+/// `version`, in one multi-op.
+pub(crate) async fn write_claim(
+    client: &zk::Client,
+    pool: &Pool,
+    id: u64,
+    epoch: i32,
+    version: i32,
+    data: &[u8],
+) -> std::result::Result<Written, zk::Error> {
+    let inuse = pool.inuse_of(id);
+    let mut w = client.new_multi_writer();
+    w.add_check_version(&pool.epoch_of(id), epoch)?;
+    w.add_set_data(&inuse, data, Some(version))?;
+    match w.commit().await {
+        Ok(results) => match results.into_iter().nth(1) {
+            Some(zk::MultiWriteResult::SetData { stat }) => Ok(Written::At(stat.version)),
+            _ => Err(zk::Error::UnexpectedError(format!(
+                "no setData result for {inuse}"
+            ))),
+        },
+        Err(MultiWriteError::OperationFailed {
+            index: 1,
+            source: zk::Error::BadVersion,
+        }) => Ok(Written::OtherVersion),
+        Err(MultiWriteError::OperationFailed { .. }) => Ok(Written::Lost),
+        Err(MultiWriteError::RequestFailed { source }) => Err(source),
+    }
+}
+
+/// What the recycler saw of one `inuse` node.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    czxid: i64,
+    version: i32,
+    since: Duration,
+}
+
+/// The recycler's memory: when, by its own monotonic clock, it first saw each `inuse` node at
+/// its current version. A node is stale once it stayed at one version for its stored TTL as
+/// this recycler observed it; wall clocks are never compared.
+#[derive(Debug, Default)]
+pub(crate) struct Staleness {
+    seen: HashMap<u64, Seen>,
+}
+
+impl Staleness {
+    /// Records that `inuse/{id}` (created at `czxid`) is at `version` at monotonic time `now`;
+    /// `true` if it has been at that version for at least `ttl`.
+    pub(crate) fn observe(
+        &mut self,
+        id: u64,
+        czxid: i64,
+        version: i32,
+        ttl: Duration,
+        now: Duration,
+    ) -> bool {
+        let seen = self.seen.entry(id).or_insert(Seen {
+            czxid,
+            version,
+            since: now,
+        });
+        if seen.czxid != czxid || seen.version != version {
+            *seen = Seen {
+                czxid,
+                version,
+                since: now,
+            };
+        }
+        now.saturating_sub(seen.since) >= ttl
+    }
+
+    /// Forgets the ids not in `present`.
+    pub(crate) fn retain(&mut self, present: &BTreeSet<u64>) {
+        self.seen.retain(|id, _| present.contains(id));
+    }
+
+    /// Forgets everything: after a round that could not see the pool, nothing observed before
+    /// it counts (owners could not renew either; they get a full TTL again).
+    pub(crate) fn clear(&mut self) {
+        self.seen.clear();
+    }
+}
+
+/// The recycler: every `period`, looks at every `inuse` node and returns those that went
+/// unchanged for their stored TTL. Runs until aborted.
+pub(crate) async fn recycler(
+    session: Arc<Session>,
+    pool: Pool,
+    period: Duration,
+    clock: Arc<dyn Clock>,
+) {
+    let mut staleness = Staleness::default();
+    loop {
+        clock.sleep(period).await;
+        let round = bounded(
+            session.limit(),
+            "a recycling round",
+            recycle_round(&session, &pool, &mut staleness, &*clock),
+        )
+        .await;
+        if let Err(e) = round {
+            tracing::debug!(error = %e, "recycling round failed; observations start over");
+            staleness.clear();
+        }
+    }
+}
+
+async fn recycle_round(
+    session: &Session,
+    pool: &Pool,
+    staleness: &mut Staleness,
+    clock: &dyn Clock,
+) -> Result<()> {
+    let client = session.client().await?;
+    let ids: BTreeSet<u64> = match list_ids(&client, &pool.inuse).await {
+        Ok(ids) => ids.into_iter().collect(),
+        Err(Error::NotFound(_)) => BTreeSet::new(),
+        Err(e) => return Err(e),
+    };
+    staleness.retain(&ids);
+    for id in ids {
+        // The epoch before the node: a claim made after this read fails the recycling's check.
+        let epoch = match client.check_stat(&pool.epoch_of(id)).await {
+            Ok(Some(stat)) => stat.version,
+            Ok(None) => continue,
+            Err(e) => return Err(map_zk(e, &pool.epoch_of(id))),
+        };
+        let path = pool.inuse_of(id);
+        let (data, stat) = match client.get_data(&path).await {
+            Ok(d) => d,
+            Err(zk::Error::NoNode) => continue,
+            Err(e) => return Err(map_zk(e, &path)),
+        };
+        let Ok(inuse) = node::parse_inuse(&data, &path) else {
+            tracing::warn!(%path, "an inuse node without leaf's data; left alone");
+            continue;
+        };
+        let ttl = Duration::from_millis(inuse.ttl_ms);
+        if staleness.observe(id, stat.czxid, stat.version, ttl, clock.monotonic())
+            && give_back(&client, pool, id, epoch, stat.version, inuse.mark).await?
+        {
+            tracing::info!(
+                worker_id = id,
+                owner = %inuse.owner,
+                mark_ms = inuse.mark,
+                ttl_ms = inuse.ttl_ms,
+                "recycled a worker id whose owner stopped renewing"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn stale_only_after_a_whole_ttl_at_one_version() {
+        let mut s = Staleness::default();
+        // (czxid, version, now_ms, stale?)
+        let steps = [
+            (1, 0, 0, false),
+            (1, 0, 9_999, false),
+            (1, 1, 9_999, false), // renewed: the count starts again
+            (1, 1, 19_998, false),
+            (1, 1, 19_999, true),
+            (2, 1, 20_000, false), // recycled and claimed again: a new node
+            (2, 1, 30_000, true),
+        ];
+        for (czxid, version, now, stale) in steps {
+            assert_eq!(
+                s.observe(7, czxid, version, TTL, ms(now)),
+                stale,
+                "czxid {czxid} version {version} at {now}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_node_its_own_ttl_and_forgetting_restarts_the_count() {
+        let mut s = Staleness::default();
+        assert!(!s.observe(1, 1, 0, ms(3000), ms(0)));
+        assert!(!s.observe(2, 2, 0, TTL, ms(0)));
+        assert!(s.observe(1, 1, 0, ms(3000), ms(3000)));
+        assert!(!s.observe(2, 2, 0, TTL, ms(3000)));
+        s.retain(&BTreeSet::from([2]));
+        assert!(
+            !s.observe(1, 1, 0, ms(3000), ms(4000)),
+            "forgotten: seen anew"
+        );
+        s.clear();
+        assert!(!s.observe(2, 2, 0, TTL, ms(10_000)), "cleared: seen anew");
+        assert!(s.observe(2, 2, 0, TTL, ms(20_000)));
+    }
+
+    #[test]
+    fn paths() {
+        let p = Pool::new("/snowflake/leaf");
+        assert_eq!(p.notuse_of(3), "/snowflake/leaf/recycle/notuse/3");
+        assert_eq!(p.inuse_of(3), "/snowflake/leaf/recycle/inuse/3");
+        assert_eq!(p.epoch_of(3), "/snowflake/leaf/recycle/epoch/3");
+    }
+}

@@ -1,0 +1,204 @@
+//! Health, readiness and metrics: `/healthz`, `/readyz`, `/metrics`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::metrics::Exposition;
+use crate::state::AppState;
+
+pub(super) async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    let mut problems = Vec::new();
+    let mut retry_after = 1;
+    let segment = match state.segment_service() {
+        None => json!({ "enabled": false }),
+        Some(s) => match s.readiness() {
+            Ok(()) => json!({ "enabled": true, "ready": true }),
+            Err(why) => {
+                problems.push(format!("segment: {why}"));
+                json!({ "enabled": true, "ready": false, "reason": why })
+            }
+        },
+    };
+    let snowflake = match state.snowflake_service() {
+        None => json!({ "enabled": false }),
+        Some(s) => match s.readiness() {
+            Ok(()) => json!({ "enabled": true, "ready": true }),
+            Err((why, after)) => {
+                retry_after = retry_after.max(after);
+                problems.push(format!("snowflake: {why}"));
+                json!({ "enabled": true, "ready": false, "reason": why })
+            }
+        },
+    };
+    if problems.is_empty() {
+        return Json(json!({ "ready": true, "segment": segment, "snowflake": snowflake }))
+            .into_response();
+    }
+    let message = format!("not ready: {}", problems.join("; "));
+    let body = json!({
+        "code": 503,
+        "message": message,
+        "ready": false,
+        "segment": segment,
+        "snowflake": snowflake,
+    });
+    let mut resp = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after.max(1)));
+    resp
+}
+
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+    let mut out = Exposition::new();
+    state.metrics().render(&mut out);
+    if let Some(s) = state.segment_service() {
+        out.family(
+            "leaf_segment_ready",
+            "Segment mode is initialised (0/1)",
+            "gauge",
+        );
+        out.sample("leaf_segment_ready", &[], f64::from(u8::from(s.is_ready())));
+        let snaps = s.allocator().snapshot();
+        out.family(
+            "leaf_segment_remaining",
+            "IDs left in a tag's current and next segment",
+            "gauge",
+        );
+        for t in &snaps {
+            out.sample(
+                "leaf_segment_remaining",
+                &[("tag", t.tag.as_str())],
+                t.remaining as f64,
+            );
+        }
+        out.family(
+            "leaf_segment_loads_total",
+            "Segment loads, by tag and result",
+            "counter",
+        );
+        for t in &snaps {
+            let tag = t.tag.as_str();
+            out.sample(
+                "leaf_segment_loads_total",
+                &[("tag", tag), ("result", "ok")],
+                t.loads_ok as f64,
+            );
+            out.sample(
+                "leaf_segment_loads_total",
+                &[("tag", tag), ("result", "error")],
+                t.loads_failed as f64,
+            );
+        }
+        out.family(
+            "leaf_segment_ids_per_second",
+            "Recent consumption of a tag",
+            "gauge",
+        );
+        for t in &snaps {
+            out.sample(
+                "leaf_segment_ids_per_second",
+                &[("tag", t.tag.as_str())],
+                t.ids_per_sec,
+            );
+        }
+        out.family(
+            "leaf_segment_buffered_seconds",
+            "How long a tag's buffered IDs last at its recent rate",
+            "gauge",
+        );
+        for t in &snaps {
+            if let Some(secs) = t.buffered_secs {
+                out.sample(
+                    "leaf_segment_buffered_seconds",
+                    &[("tag", t.tag.as_str())],
+                    secs,
+                );
+            }
+        }
+    }
+    if let Some(s) = state.snowflake_service() {
+        out.family(
+            "leaf_snowflake_ready",
+            "Snowflake mode can issue IDs (0/1)",
+            "gauge",
+        );
+        out.sample(
+            "leaf_snowflake_ready",
+            &[],
+            f64::from(u8::from(s.readiness().is_ok())),
+        );
+        if let Some(g) = s.generator() {
+            let st = g.status();
+            out.family(
+                "leaf_snowflake_clock_backwards_total",
+                "Times the clock was found behind the last issued timestamp",
+                "counter",
+            );
+            out.sample(
+                "leaf_snowflake_clock_backwards_total",
+                &[],
+                st.clock_backwards_total as f64,
+            );
+            out.family(
+                "leaf_snowflake_clock_jumps_total",
+                "Times the wall clock jumped forward further than snowflake.max_forward_step_ms",
+                "counter",
+            );
+            out.sample(
+                "leaf_snowflake_clock_jumps_total",
+                &[],
+                st.clock_jumps_total as f64,
+            );
+            out.family(
+                "leaf_snowflake_mark_lag_seconds",
+                "How far the durable time mark is ahead of the wall clock",
+                "gauge",
+            );
+            out.sample(
+                "leaf_snowflake_mark_lag_seconds",
+                &[],
+                st.mark_lag_ms as f64 / 1000.0,
+            );
+            if let Some(confirmed) = st.registry_mark_ms {
+                out.family(
+                    "leaf_snowflake_registry_mark_lag_seconds",
+                    "How far the registry's copy of the time mark (the mysql row) lags the \
+                     durable mark in the cache file",
+                    "gauge",
+                );
+                out.sample(
+                    "leaf_snowflake_registry_mark_lag_seconds",
+                    &[],
+                    st.durable_mark_ms.saturating_sub(confirmed) as f64 / 1000.0,
+                );
+            }
+            out.family(
+                "leaf_worker_lease_valid",
+                "The worker id lease is held (0/1)",
+                "gauge",
+            );
+            out.sample(
+                "leaf_worker_lease_valid",
+                &[],
+                f64::from(u8::from(st.lease_valid)),
+            );
+            out.family("leaf_snowflake_worker_id", "The worker id in use", "gauge");
+            out.sample("leaf_snowflake_worker_id", &[], st.worker_id as f64);
+        }
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out.finish(),
+    )
+        .into_response()
+}

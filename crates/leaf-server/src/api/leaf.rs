@@ -1,0 +1,69 @@
+//! Leaf's routes: plain-text IDs (`/api/segment/get/{key}`, `/api/snowflake/get/{key}`) and
+//! `/decodeSnowflakeId`, answered as Leaf answered them.
+
+use axum::Json;
+use axum::extract::State;
+use leaf_core::layout::utc_parts;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Params, RestPath, parse_id, parse_tag};
+use crate::error::{ApiError, Origin};
+use crate::state::AppState;
+
+pub(super) async fn leaf_segment(
+    State(state): State<AppState>,
+    RestPath(key): RestPath,
+) -> Result<String, ApiError> {
+    let allocator = state.segment()?;
+    let tag = parse_tag(&key)?;
+    let id = allocator
+        .next_id(tag.as_str())
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+    state.metrics().segment_issued(&tag, 1);
+    Ok(id.to_string())
+}
+
+pub(super) async fn leaf_segment_empty(State(state): State<AppState>) -> Result<String, ApiError> {
+    state.segment()?;
+    Err(ApiError::bad_request("tag is empty"))
+}
+
+pub(super) async fn leaf_snowflake(State(state): State<AppState>) -> Result<String, ApiError> {
+    // The key is accepted and ignored, as in Leaf.
+    let generator = state.snowflake()?;
+    let id = generator
+        .next_id()
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Snowflake, e))?;
+    state.metrics().snowflake_issued(1);
+    Ok(id.to_string())
+}
+
+#[derive(Deserialize)]
+pub(super) struct LeafDecodeParams {
+    #[serde(rename = "snowflakeId")]
+    snowflake_id: Option<String>,
+}
+pub(super) async fn leaf_decode(
+    State(state): State<AppState>,
+    Params(p): Params<LeafDecodeParams>,
+) -> Result<Json<Value>, ApiError> {
+    let raw = p
+        .snowflake_id
+        .ok_or_else(|| ApiError::bad_request("the query parameter snowflakeId is required"))?;
+    let d = state
+        .layout()
+        .decode(parse_id(&raw)?)
+        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let (y, mo, day, h, mi, s, ms) = utc_parts(d.timestamp_ms);
+    Ok(Json(json!({
+        "timestamp": format!(
+            "{}({y:04}-{mo:02}-{day:02} {h:02}:{mi:02}:{s:02}.{ms:03})",
+            d.timestamp_ms
+        ),
+        "workerId": d.worker_id.to_string(),
+        "sequenceId": d.sequence.to_string(),
+    })))
+}

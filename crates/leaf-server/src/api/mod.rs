@@ -1,0 +1,202 @@
+//! The HTTP API: Leaf's routes (plain-text IDs), `/v1` (JSON, batches), the admin routes, health,
+//! readiness and metrics. [`app`] builds the router; it needs no socket, so tests drive it with
+//! `tower::ServiceExt::oneshot`.
+
+mod health;
+mod leaf;
+mod tags;
+mod v1;
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{
+    DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Query, Request, State,
+};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, patch};
+use leaf_core::Tag;
+use serde::de::DeserializeOwned;
+
+use crate::error::{ApiError, Origin};
+use crate::state::AppState;
+
+/// The router of every route, with request metrics and the body limit.
+pub fn app(state: AppState) -> Router {
+    let body_limit = state.max_body_bytes();
+    Router::new()
+        // Leaf's routes. The empty-key variants exist so that an empty key is a 400, not a 404.
+        .route(
+            "/api/segment/get/{*key}",
+            get(leaf::leaf_segment).post(leaf::leaf_segment),
+        )
+        .route(
+            "/api/segment/get/",
+            get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+        )
+        .route(
+            "/api/segment/get",
+            get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+        )
+        .route(
+            "/api/snowflake/get/{*key}",
+            get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+        )
+        .route(
+            "/api/snowflake/get/",
+            get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+        )
+        .route(
+            "/api/snowflake/get",
+            get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+        )
+        .route("/decodeSnowflakeId", get(leaf::leaf_decode))
+        // Version 1.
+        .route("/v1/segment/{*tag}", get(v1::v1_segment))
+        .route("/v1/segment/", get(v1::v1_segment_empty))
+        .route("/v1/segment", get(v1::v1_segment_empty))
+        .route("/v1/snowflake", get(v1::v1_snowflake))
+        .route("/v1/snowflake/{id}/decode", get(v1::v1_decode))
+        .route("/v1/time", get(crate::peer_clock::time_route))
+        .route("/v1/tags", get(tags::list_tags).post(tags::create_tag))
+        .route("/v1/tags/{*tag}", patch(tags::update_tag))
+        .route("/cache", get(tags::cache_page))
+        .route("/db", get(tags::db_page))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), track))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+/// Counts every request by route pattern and status, and times it.
+async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let resp = next.run(req).await;
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    state
+        .metrics()
+        .observe_request(route, resp.status().as_u16(), start.elapsed());
+    resp
+}
+
+async fn no_route() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed on this route",
+    )
+}
+
+/// The rest of the path (a tag), percent-decoded; a malformed one is a 400 in JSON.
+pub(super) struct RestPath(pub(super) String);
+
+impl<S: Send + Sync> FromRequestParts<S> for RestPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        // The router's decoding keeps a `%` that starts no escape (`%zz`) as it is, which would
+        // make a malformed path an unknown tag (404) instead of a client mistake.
+        if !well_escaped(parts.uri.path()) {
+            return Err(ApiError::bad_request(
+                "the path has malformed percent-encoding (a % not followed by two hex digits)",
+            ));
+        }
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(p)| RestPath(p))
+            .map_err(|e: PathRejection| ApiError::bad_request(e.body_text()))
+    }
+}
+
+/// Whether every `%` in `path` starts a `%XX` escape.
+fn well_escaped(path: &str) -> bool {
+    let b = path.as_bytes();
+    b.iter().enumerate().all(|(i, &c)| {
+        c != b'%'
+            || (b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    })
+}
+
+/// Query parameters; a malformed query is a 400 in JSON.
+pub(super) struct Params<T>(pub(super) T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| Params(q))
+            .map_err(|e: QueryRejection| ApiError::bad_request(e.body_text()))
+    }
+}
+
+/// A JSON body of any content type, within the body limit; errors are JSON.
+pub(super) struct JsonBody<T>(pub(super) T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        // A body trickled in slowly would hold the connection forever; the head has its own
+        // timeout in the connection, the body gets the same bound here.
+        let limit = state.body_timeout();
+        let bytes = tokio::time::timeout(limit, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body did not arrive within {} s",
+                        limit.as_secs()
+                    ),
+                )
+            })?
+            .map_err(|e: BytesRejection| ApiError::new(e.status(), e.body_text()))?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    }
+}
+
+pub(super) fn parse_tag(raw: &str) -> Result<Tag, ApiError> {
+    Tag::new(raw).map_err(|e| ApiError::from_core(Origin::Segment, e))
+}
+
+pub(super) fn parse_id(raw: &str) -> Result<i64, ApiError> {
+    raw.trim().parse::<i64>().map_err(|_| {
+        ApiError::bad_request(format!("{raw:?} is not a snowflake id (a decimal integer)"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_table() {
+        let check = |path: &str, ok: bool| assert_eq!(well_escaped(path), ok, "{path}");
+        check("/api/segment/get/t", true);
+        check("/api/segment/get/a%2Fb", true);
+        check("/api/segment/get/%e9%FF", true);
+        check("/api/segment/get/%", false);
+        check("/api/segment/get/%zz", false);
+        check("/api/segment/get/a%2", false);
+        check("/api/segment/get/%g0", false);
+        check("/api/segment/get/%0g", false);
+    }
+}

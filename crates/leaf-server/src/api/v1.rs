@@ -1,0 +1,115 @@
+//! Version 1 ID routes: JSON answers and batches (`/v1/segment/{tag}`, `/v1/snowflake`,
+//! `/v1/snowflake/{id}/decode`).
+
+use axum::Json;
+use axum::extract::State;
+use leaf_core::layout::format_utc_ms;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Params, RestPath, parse_id, parse_tag};
+use crate::error::{ApiError, Origin};
+use crate::state::AppState;
+
+#[derive(Deserialize)]
+pub(super) struct BatchParams {
+    count: Option<String>,
+    #[serde(rename = "as")]
+    as_: Option<String>,
+}
+
+struct Batch {
+    count: usize,
+    as_string: bool,
+}
+
+impl BatchParams {
+    fn check(self, max: usize) -> Result<Batch, ApiError> {
+        let count = match self.count.as_deref() {
+            None => 1,
+            Some(raw) => match raw.trim().parse::<usize>() {
+                Ok(n) if (1..=max).contains(&n) => n,
+                _ => {
+                    return Err(ApiError::bad_request(format!(
+                        "count must be a whole number from 1 to {max}, got {raw:?}"
+                    )));
+                }
+            },
+        };
+        let as_string = match self.as_.as_deref() {
+            None | Some("number") => false,
+            Some("string") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "as must be \"string\" or \"number\", got {other:?}"
+                )));
+            }
+        };
+        Ok(Batch { count, as_string })
+    }
+}
+
+fn ids_json(ids: &[i64], as_string: bool) -> Value {
+    if as_string {
+        Value::from(ids.iter().map(i64::to_string).collect::<Vec<_>>())
+    } else {
+        Value::from(ids.to_vec())
+    }
+}
+
+pub(super) async fn v1_segment(
+    State(state): State<AppState>,
+    RestPath(raw): RestPath,
+    Params(p): Params<BatchParams>,
+) -> Result<Json<Value>, ApiError> {
+    let allocator = state.segment()?;
+    let tag = parse_tag(&raw)?;
+    let batch = p.check(state.max_batch())?;
+    let ids = allocator
+        .next_ids(tag.as_str(), batch.count)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+    state.metrics().segment_issued(&tag, ids.len() as u64);
+    Ok(Json(
+        json!({ "tag": tag.as_str(), "ids": ids_json(&ids, batch.as_string) }),
+    ))
+}
+
+pub(super) async fn v1_segment_empty(
+    State(state): State<AppState>,
+) -> Result<Json<Value>, ApiError> {
+    state.segment()?;
+    Err(ApiError::bad_request("tag is empty"))
+}
+
+pub(super) async fn v1_snowflake(
+    State(state): State<AppState>,
+    Params(p): Params<BatchParams>,
+) -> Result<Json<Value>, ApiError> {
+    let generator = state.snowflake()?;
+    let batch = p.check(state.max_batch())?;
+    let ids = generator
+        .next_ids(batch.count)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Snowflake, e))?;
+    state.metrics().snowflake_issued(ids.len() as u64);
+    Ok(Json(json!({ "ids": ids_json(&ids, batch.as_string) })))
+}
+
+pub(super) async fn v1_decode(
+    State(state): State<AppState>,
+    RestPath(raw): RestPath,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&raw)?;
+    let d = state
+        .layout()
+        .decode(id)
+        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    Ok(Json(json!({
+        "id": id,
+        "timestamp_ms": d.timestamp_ms,
+        "time": format_utc_ms(d.timestamp_ms),
+        "worker_id": d.worker_id,
+        "sequence": d.sequence,
+    })))
+}

@@ -1,0 +1,523 @@
+//! Configuration: built-in defaults, then `leaf.toml` (or `--config PATH`), then `LEAF_...`
+//! environment variables with `__` between sections, merged with `figment`.
+//!
+//! Unknown keys in a file are errors; unknown `LEAF_` variables are returned as warnings (the
+//! caller logs them), because a shell environment often carries variables meant for another
+//! version or tool. Every error names the key it is about.
+
+mod load;
+mod redact;
+mod segment;
+mod snowflake;
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use leaf_core::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+pub use load::{Loaded, load};
+pub use redact::redact_url;
+pub use segment::{SegmentSection, StoreKind};
+pub use snowflake::{
+    EtcdSection, LocalSection, MysqlSection, SnowflakeMode, SnowflakeSection, ZkSection,
+};
+
+use redact::redacted;
+
+/// A library's `Config` error names its own field (`max_step`); the server's key adds the
+/// section (`segment.max_step`). Other errors pass unchanged.
+pub(crate) fn keyed(section: &str, err: Error) -> Error {
+    match err {
+        Error::Config(m) => Error::Config(format!("{section}.{m}")),
+        other => other,
+    }
+}
+
+/// A library's `Config` errors name its own fields (`refresh_interval`); an operator needs the
+/// keys (`segment.refresh_s`), so each field name of `fields` (field, key) in the message is
+/// replaced by its key. Only whole words are replaced.
+pub(crate) fn name_keys(err: Error, fields: &[(&str, &str)]) -> Error {
+    let Error::Config(message) = err else {
+        return err;
+    };
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(message.len() + 32);
+    let mut rest = message.as_str();
+    while let Some(start) = rest.find(is_word) {
+        out.push_str(&rest[..start]);
+        let tail = &rest[start..];
+        let end = tail.find(|c: char| !is_word(c)).unwrap_or(tail.len());
+        let word = &tail[..end];
+        out.push_str(
+            fields
+                .iter()
+                .find(|(field, _)| *field == word)
+                .map_or(word, |(_, key)| key),
+        );
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    Error::Config(out)
+}
+
+/// A backend's `Config` errors start with the name of its own field (`url: ...`); when that is
+/// one of `fields`, the server's key is `{section}.{field}`, so the section is put in front.
+pub fn key_leading_field(err: Error, section: &str, fields: &[&str]) -> Error {
+    let Error::Config(message) = err else {
+        return err;
+    };
+    let end = message
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(message.len());
+    if fields.contains(&&message[..end]) {
+        Error::Config(format!("{section}.{message}"))
+    } else {
+        Error::Config(message)
+    }
+}
+
+/// The prefix of configuration variables.
+pub const ENV_PREFIX: &str = "LEAF_";
+
+/// The file read from the working directory when no `--config` is given.
+pub const DEFAULT_FILE: &str = "leaf.toml";
+
+/// The whole configuration.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Leaf's `leaf.name`: namespaces ZooKeeper/etcd paths and names the worker-id cache file.
+    /// Default `"leaf"`.
+    pub name: String,
+    /// The HTTP server.
+    pub server: ServerConfig,
+    /// Logging.
+    pub log: LogConfig,
+    /// Segment mode.
+    pub segment: SegmentSection,
+    /// Snowflake mode.
+    pub snowflake: SnowflakeSection,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            name: "leaf".into(),
+            server: ServerConfig::default(),
+            log: LogConfig::default(),
+            segment: SegmentSection::default(),
+            snowflake: SnowflakeSection::default(),
+        }
+    }
+}
+
+/// `[server]`.
+#[derive(Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The address to listen on. Default `0.0.0.0:8080`.
+    pub listen: SocketAddr,
+    /// The bearer token of the admin routes (`/v1/tags*`, `/cache`, `/db`). Default empty: the
+    /// admin routes serve loopback peers only. Behind a reverse proxy on the same host every
+    /// client looks local, so such deployments must set a token.
+    pub admin_token: String,
+    /// The largest `count` of one batch request. Default 10000.
+    pub max_batch: usize,
+    /// The largest request body, in bytes. Default 65536.
+    pub max_body_bytes: usize,
+    /// The largest request head (request line and headers), in bytes; at least 8192.
+    /// Default 16384.
+    pub max_header_bytes: usize,
+    /// A connection that has not sent a complete request head within this many seconds is closed;
+    /// this bounds idle keep-alive connections and slow clients alike. A request body gets as
+    /// long (then 408). Default 30.
+    pub idle_timeout_s: u64,
+    /// A connection whose response cannot be written for this many seconds (the client does not
+    /// read it) is closed, so that a client pipelining requests it never reads holds no memory.
+    /// Like nginx's `send_timeout`, it bounds a stall, not a slow but steady reader. Default 30.
+    pub write_timeout_s: u64,
+    /// At shutdown, requests in flight get this many seconds to finish. Default 10.
+    pub shutdown_timeout_s: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            admin_token: String::new(),
+            max_batch: 10_000,
+            max_body_bytes: 64 * 1024,
+            max_header_bytes: 16 * 1024,
+            idle_timeout_s: 30,
+            write_timeout_s: 30,
+            shutdown_timeout_s: 10,
+        }
+    }
+}
+
+impl fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("admin_token", &redacted(&self.admin_token))
+            .field("max_batch", &self.max_batch)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_header_bytes", &self.max_header_bytes)
+            .field("idle_timeout_s", &self.idle_timeout_s)
+            .field("write_timeout_s", &self.write_timeout_s)
+            .field("shutdown_timeout_s", &self.shutdown_timeout_s)
+            .finish()
+    }
+}
+
+/// `[log]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (human-readable lines) or `json` (one object per line). Default `text`.
+    pub format: LogFormat,
+    /// A `tracing` filter: a level (`info`) or directives (`info,leaf_segment=debug`).
+    /// Default `info`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+/// How log lines look.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Whether `url` names a MySQL-compatible server.
+fn is_mysql_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("mysql") || scheme.eq_ignore_ascii_case("mariadb")
+    })
+}
+
+impl Config {
+    /// Checks what types alone cannot; errors name the key.
+    pub fn validate(&self) -> Result<()> {
+        if self.name.is_empty() || self.name.contains(['/', '\\']) || self.name.contains("..") {
+            return bad(
+                "name",
+                format!(
+                    "{:?} must be non-empty and hold no path separator",
+                    self.name
+                ),
+            );
+        }
+        self.server.validate()?;
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            return bad("log.level", format!("{:?}: {e}", self.log.level));
+        }
+        self.segment.validate()?;
+        self.snowflake.validate()
+    }
+}
+
+impl ServerConfig {
+    fn validate(&self) -> Result<()> {
+        check_bounds(&[
+            ("server.max_batch", self.max_batch as u64, 1, 1_000_000),
+            (
+                "server.max_body_bytes",
+                self.max_body_bytes as u64,
+                1,
+                64 << 20,
+            ),
+            // hyper needs 8192 for its read buffer.
+            (
+                "server.max_header_bytes",
+                self.max_header_bytes as u64,
+                8192,
+                1 << 20,
+            ),
+            // Far above any need, and far from overflowing an `Instant`.
+            ("server.idle_timeout_s", self.idle_timeout_s, 1, 86_400),
+            ("server.write_timeout_s", self.write_timeout_s, 1, 86_400),
+            (
+                "server.shutdown_timeout_s",
+                self.shutdown_timeout_s,
+                0,
+                3_600,
+            ),
+        ])
+    }
+}
+
+fn bad(key: &str, why: String) -> Result<()> {
+    Err(Error::Config(format!("{key}: {why}")))
+}
+
+/// Checks `(key, value, min, max)` for each numeric key. Every numeric key has an upper bound:
+/// a huge value is a typo, and durations added to an `Instant` must not overflow it.
+fn check_bounds(bounds: &[(&str, u64, u64, u64)]) -> Result<()> {
+    for &(key, value, min, max) in bounds {
+        if !(min..=max).contains(&value) {
+            return bad(key, format!("must be from {min} to {max}, got {value}"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::load::tests::{env, load_toml};
+    use super::*;
+
+    #[test]
+    fn a_backends_leading_field_gets_its_section() {
+        let check = |message: &str, expect: &str| {
+            let e = key_leading_field(Error::Config(message.into()), "segment", &["url"]);
+            assert_eq!(e.to_string(), Error::Config(expect.into()).to_string());
+        };
+        check(
+            "url: the server refused it",
+            "segment.url: the server refused it",
+        );
+        check(
+            "url \"x\" is not a valid sqlite url",
+            "segment.url \"x\" is not a valid sqlite url",
+        );
+        // Only a leading field of the backend, as a whole word.
+        check("urls are odd", "urls are odd");
+        check("segment.store = \"x\"", "segment.store = \"x\"");
+        let other = key_leading_field(Error::Unavailable("url".into()), "segment", &["url"]);
+        assert!(matches!(other, Error::Unavailable(m) if m == "url"));
+    }
+
+    #[test]
+    fn the_issues_overflowing_layout_is_refused_naming_the_key() {
+        // Issue 7 item 1: this started, reported "0 worker ids" and issued duplicates.
+        let e = load(
+            None,
+            env(&[
+                ("LEAF_SNOWFLAKE__TIMESTAMP_BITS", "63"),
+                ("LEAF_SNOWFLAKE__WORKER_BITS", "4294967284"),
+                ("LEAF_SNOWFLAKE__SEQUENCE_BITS", "12"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("snowflake.worker_bits"), "{e}");
+        let check = |vars: &[(&str, &str)], key: &str| {
+            let e = load(None, env(vars)).unwrap_err().to_string();
+            assert!(e.contains(key), "{vars:?}: {e}");
+        };
+        check(
+            &[("LEAF_SNOWFLAKE__TIMESTAMP_BITS", "64")],
+            "snowflake.timestamp_bits",
+        );
+        check(
+            &[("LEAF_SNOWFLAKE__SEQUENCE_BITS", "4294967295")],
+            "snowflake.sequence_bits",
+        );
+        check(
+            &[("LEAF_SNOWFLAKE__SEQUENCE_BITS", "0")],
+            "snowflake.sequence_bits",
+        );
+        check(
+            &[("LEAF_SNOWFLAKE__EPOCH_MS", "18446744073709551615")],
+            "snowflake.epoch_ms",
+        );
+    }
+
+    /// Every numeric key: its largest accepted value, and the lowest if above 0 (`None`
+    /// for keys a rule elsewhere bounds, listed so that a new key cannot be forgotten).
+    const NUMERIC_BOUNDS: &[(&str, Option<(u64, u64)>)] = &[
+        ("server.max_batch", Some((1, 1_000_000))),
+        ("server.max_body_bytes", Some((1, 64 << 20))),
+        ("server.max_header_bytes", Some((8192, 1 << 20))),
+        ("server.idle_timeout_s", Some((1, 86_400))),
+        ("server.write_timeout_s", Some((1, 86_400))),
+        ("server.shutdown_timeout_s", Some((0, 3_600))),
+        // Between 0 and 1 (leaf-segment's rule).
+        ("segment.preload_threshold", None),
+        ("segment.switch_wait_ms", Some((0, 60_000))),
+        // With the other at its default: below never above halve (1800; 900).
+        ("segment.step_double_below_s", Some((0, 1_800))),
+        ("segment.step_halve_above_s", Some((900, 2_592_000))),
+        ("segment.max_step", Some((1, 2_147_483_647))),
+        ("segment.refresh_s", Some((1, 86_400))),
+        ("segment.miss_ttl_ms", Some((0, 3_600_000))),
+        ("segment.retry_backoff_max_ms", Some((0, 3_600_000))),
+        ("segment.max_connections", Some((1, 1_000))),
+        ("segment.busy_timeout_ms", Some((0, 3_600_000))),
+        ("segment.connect_timeout_ms", Some((0, 3_600_000))),
+        ("segment.timeout_ms", Some((0, 3_600_000))),
+        ("segment.lock_wait_timeout_s", Some((0, 3_600))),
+        ("snowflake.random_start", Some((0, 1 << 62))),
+        ("snowflake.max_backwards_ms", Some((0, 60_000))),
+        ("snowflake.mark_window_ms", Some((1_001, 3_600_000))),
+        ("snowflake.mark_renew_ms", Some((1, 2_999))),
+        ("snowflake.max_startup_wait_ms", Some((0, 86_400_000))),
+        ("snowflake.fencing_margin_ms", Some((0, 3_600_000))),
+        ("snowflake.max_forward_step_ms", Some((1, 86_400_000))),
+        ("snowflake.zk.session_timeout_ms", Some((1_000, 3_600_000))),
+        (
+            "snowflake.zk.recycle_idle_timeout_ms",
+            Some((1, 86_400_000)),
+        ),
+        ("snowflake.zk.max_peer_skew_ms", Some((0, 86_400_000))),
+        // The layout's rule (layout_validation_table in leaf-core).
+        ("snowflake.epoch_ms", None),
+        ("snowflake.timestamp_bits", None),
+        ("snowflake.worker_bits", None),
+        ("snowflake.sequence_bits", None),
+        // `u16`; 0 means the listen port.
+        ("snowflake.port", None),
+        // The layout's largest worker id, checked when the id is taken.
+        ("snowflake.local.worker_id", None),
+    ];
+
+    fn env_name(key: &str) -> String {
+        format!("LEAF_{}", key.replace('.', "__").to_ascii_uppercase())
+    }
+
+    #[test]
+    fn every_numeric_key_is_bounded_and_the_error_names_it() {
+        for (key, bounds) in NUMERIC_BOUNDS {
+            let Some((min, max)) = *bounds else { continue };
+            let var = env_name(key);
+            let ok = |v: u64| load(None, env(&[(&var, &v.to_string())]));
+            if let Err(e) = ok(max) {
+                panic!("{key} = {max} is refused: {e}");
+            }
+            if let Err(e) = ok(min) {
+                panic!("{key} = {min} is refused: {e}");
+            }
+            for bad in [max + 1, u64::MAX] {
+                match ok(bad) {
+                    Ok(_) => panic!("{key} = {bad} is accepted"),
+                    Err(e) => assert!(e.to_string().contains(key), "{key} = {bad}: {e}"),
+                }
+            }
+            if min > 0 {
+                let e = ok(min - 1).unwrap_err();
+                assert!(e.to_string().contains(key), "{key} = {}: {e}", min - 1);
+            }
+        }
+    }
+
+    #[test]
+    fn the_bounds_table_lists_every_numeric_key() {
+        let listed: BTreeSet<&str> = NUMERIC_BOUNDS.iter().map(|(k, _)| *k).collect();
+        let numeric = load::tests::known_numeric_keys();
+        let numeric: BTreeSet<&str> = numeric.iter().map(String::as_str).collect();
+        assert_eq!(listed, numeric);
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let check = |text: &str, key: &str| {
+            let e = load_toml(text, &[]).unwrap_err().to_string();
+            assert!(e.contains(key), "{text:?}: {e}");
+        };
+        check("[server]\nmax_batch = \"x\"\n", "server.max_batch");
+        check("[server]\nmax_batch = 0\n", "server.max_batch");
+        check("[server]\nlisten = \"nowhere\"\n", "server.listen");
+        check("[segment]\nstore = \"redis\"\n", "segment.store");
+        check(
+            "[segment]\npreload_threshold = 1.5\n",
+            "segment.preload_threshold",
+        );
+        check("[snowflake]\nmode = \"zk\"\n", "snowflake.mode");
+        check(
+            "[snowflake]\nworker_bits = 20\n",
+            "snowflake.timestamp_bits",
+        );
+        check("[snowflake]\nip = \"ten\"\n", "snowflake.ip");
+        check(
+            "[snowflake]\nmark_window_ms = 500\n",
+            "snowflake.mark_window_ms",
+        );
+        check("[log]\nformat = \"xml\"\n", "log.format");
+        check(
+            "[server]\nmax_header_bytes = 100\n",
+            "server.max_header_bytes",
+        );
+        check("[segment]\nseed_tags = [\"a/b\"]\n", "segment.seed_tags");
+    }
+
+    #[test]
+    fn mysql_backends_need_mysql_urls_and_the_message_hides_the_password() {
+        let e = load(
+            None,
+            env(&[
+                ("LEAF_SEGMENT__STORE", "mysql"),
+                ("LEAF_SEGMENT__URL", "postgres://u:hunter2@h/db"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("segment.url"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        let e = load(
+            None,
+            env(&[
+                ("LEAF_SEGMENT__STORE", "mysql"),
+                ("LEAF_SEGMENT__URL", "mysql://u:p@h/leaf"),
+                ("LEAF_SEGMENT__LOCK_WAIT_TIMEOUT_S", "0"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("segment.lock_wait_timeout_s"), "{e}");
+        let e = load(None, env(&[("LEAF_SNOWFLAKE__MODE", "mysql")]))
+            .map(|_| ())
+            .err();
+        assert!(
+            e.is_none(),
+            "the default snowflake.mysql.url is a mysql url: {e:?}"
+        );
+        let e = load(
+            None,
+            env(&[
+                ("LEAF_SNOWFLAKE__MODE", "mysql"),
+                ("LEAF_SNOWFLAKE__MYSQL__URL", "http://h"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("snowflake.mysql.url"), "{e}");
+        // A disabled mode's backend settings are not checked.
+        let c = load(
+            None,
+            env(&[
+                ("LEAF_SEGMENT__ENABLED", "false"),
+                ("LEAF_SEGMENT__STORE", "mysql"),
+                ("LEAF_SEGMENT__TIMEOUT_MS", "250"),
+            ]),
+        )
+        .unwrap()
+        .config;
+        assert_eq!(c.segment.timeout_ms, 250);
+    }
+
+    #[test]
+    fn debug_hides_secrets() {
+        let mut c = Config::default();
+        c.server.admin_token = "s3cret".into();
+        c.segment.url = "mysql://leaf:hunter2@db:3306/leaf".into();
+        c.snowflake.mysql.url = "mysql://leaf:hunter2@db:3306/leaf".into();
+        let d = format!("{c:?}");
+        assert!(!d.contains("s3cret") && !d.contains("hunter2"), "{d}");
+        assert!(d.contains("mysql://leaf:<redacted>@db:3306/leaf"), "{d}");
+    }
+}
