@@ -1,0 +1,286 @@
+//! `zk_normal`: Leaf's `forever` nodes, the live lock per identity, and the mark copied to
+//! the node in the background.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use leaf_core::cache_file::{merge_marks, start_from_cache};
+use leaf_core::{
+    AcquireRequest, AsyncCacheFile, CacheRecord, Error, HeldCacheGuard, Lease, NodeIdentity, Result,
+};
+use tokio::sync::Mutex;
+use zookeeper_client::{self as zk, Acls, CreateMode};
+
+use super::{Forever, ForeverWrite, Held, NormalHeld, ZkRegistry};
+use crate::error::{bounded, map_zk};
+use crate::node::{self};
+use crate::session::{Claim, Session, ensure_dir};
+
+pub(super) fn too_large(worker_id: u64, identity: &NodeIdentity, max: u64, source: &str) -> Error {
+    Error::Config(format!(
+        "zk_normal workerId mode: worker id {worker_id} of node {identity} ({source}) does not \
+         fit the layout, whose largest worker id is {max}; widen the layout's worker bits"
+    ))
+}
+
+/// What the `forever` lookup found.
+pub(super) struct Found {
+    worker_id: u64,
+    prev_mark_ms: Option<u64>,
+    path: String,
+    version: i32,
+}
+
+impl ZkRegistry {
+    pub(super) fn lock_path(&self, identity: &NodeIdentity) -> String {
+        format!("{}/forever-lock/{identity}", self.base)
+    }
+
+    pub(super) fn forever_dir(&self) -> String {
+        format!("{}/forever", self.base)
+    }
+
+    /// Takes the identity's live lock (an ephemeral node), waiting up to a session timeout for
+    /// a crashed predecessor's to go; `AlreadyExists` naming the identity if a live process
+    /// keeps it.
+    pub(super) async fn take_live_lock(&self, identity: &NodeIdentity) -> Result<()> {
+        let path = self.lock_path(identity);
+        let data = node::forever_data(identity, self.clock.now_ms());
+        // A crashed process's lock stays until its session expires.
+        let patience = self.config.session_timeout() + Duration::from_secs(2);
+        let start = self.clock.monotonic();
+        loop {
+            if self.session.keep_ephemeral(&path, &data, true).await? == Claim::Held {
+                return Ok(());
+            }
+            if self.clock.monotonic().saturating_sub(start) >= patience {
+                return Err(Error::AlreadyExists(format!(
+                    "worker identity {identity} is in use by another live process (zookeeper \
+                     node {path}); every process needs its own ip:port"
+                )));
+            }
+            self.clock.sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The `forever` node of `identity` (Java Leaf's or ours), created if there is none. The
+    /// live lock is held, so no other process of this identity runs this concurrently.
+    pub(super) async fn find_or_create_forever(&self, identity: &NodeIdentity) -> Result<Found> {
+        let dir = self.forever_dir();
+        let client = self.session.client().await?;
+        let limit = self.session.limit();
+        bounded(limit, "the forever node lookup", async {
+            ensure_dir(&client, &dir).await?;
+            let path = match find_forever(&client, &dir, identity).await? {
+                Some(path) => path,
+                None => {
+                    let prefix = format!("{dir}/{identity}-");
+                    let options = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+                    let (_, seq) = client
+                        .create(&prefix, &node::forever_data(identity, 0), &options)
+                        .await
+                        .map_err(|e| map_zk(e, &prefix))?;
+                    format!("{prefix}{seq}")
+                }
+            };
+            let (data, stat) = client.get_data(&path).await.map_err(|e| map_zk(e, &path))?;
+            let child = path.rsplit('/').next().unwrap_or_default();
+            let worker_id = node::forever_seq(child, identity).ok_or_else(|| {
+                Error::backend(
+                    crate::error::BACKEND,
+                    format!("{path} has no sequence number"),
+                )
+            })?;
+            Ok(Found {
+                worker_id,
+                prev_mark_ms: node::forever_prev_mark(&data, &path)?,
+                path,
+                version: stat.version,
+            })
+        })
+        .await
+    }
+
+    pub(super) async fn acquire_normal(
+        &self,
+        req: &AcquireRequest,
+        held: &mut HeldCacheGuard<'_>,
+        cache: AsyncCacheFile,
+        cached: Option<CacheRecord>,
+    ) -> Result<(Lease, Held)> {
+        let identity = &req.identity;
+        // A previous lease's confirmation says nothing about this one's.
+        self.confirmed.store(0, Ordering::Release);
+        // The live lock before the lookup: two first starts of one identity never both create
+        // a sequential node.
+        let looked_up = match self.take_live_lock(identity).await {
+            Ok(()) => self.find_or_create_forever(identity).await,
+            Err(e) => Err(e),
+        };
+        let forever = |worker_id, node| {
+            Arc::new(Forever {
+                identity: identity.clone(),
+                worker_id,
+                lock_path: self.lock_path(identity),
+                forever_dir: self.forever_dir(),
+                write: Mutex::new(ForeverWrite {
+                    released: false,
+                    node,
+                }),
+                in_flight: AtomicBool::new(false),
+                confirmed: self.confirmed.clone(),
+                lost: AtomicBool::new(false),
+            })
+        };
+        let found = match looked_up {
+            Ok(found) => found,
+            // ZooKeeper is down: start from the cache file, mark included, so the start-up
+            // time check still applies. Once ZooKeeper answers, the background mark write takes
+            // the live lock and finds the node again.
+            Err(e) if e.is_retryable() => {
+                let lease = start_from_cache(held, cache, cached, req, "zk_normal", &e).await?;
+                let normal = NormalHeld {
+                    worker_id: lease.worker_id,
+                    token: lease.token,
+                    forever: forever(lease.worker_id, None),
+                };
+                return Ok((lease, Held::Normal(normal)));
+            }
+            Err(e) => return Err(e),
+        };
+        let worker_id = found.worker_id;
+        if worker_id > req.max_worker_id {
+            return Err(too_large(
+                worker_id,
+                identity,
+                req.max_worker_id,
+                "zookeeper forever node",
+            ));
+        }
+        let prev_mark_ms = merge_marks(worker_id, found.prev_mark_ms, cached);
+        // The cache file learns the worker id now, so that a start while ZooKeeper is down
+        // finds it; the mark stays the highest known.
+        cache
+            .write(CacheRecord {
+                worker_id,
+                mark_ms: prev_mark_ms.unwrap_or(0),
+            })
+            .await?;
+        let lease = Lease::new(worker_id, prev_mark_ms).with_token(self.next_token());
+        tracing::info!(worker_id, ?prev_mark_ms, %identity, "zk_normal worker id acquired");
+        held.hold(&lease, cache);
+        let normal = NormalHeld {
+            worker_id,
+            token: lease.token,
+            forever: forever(worker_id, Some((found.path, found.version))),
+        };
+        Ok((lease, Held::Normal(normal)))
+    }
+
+    /// Writes the mark to the `forever` node in the background (the cache file is the durable
+    /// record in `zk_normal`, so ZooKeeper being down never stops renewals), unless a write is
+    /// in flight: the next renewal carries a later mark anyway.
+    pub(super) fn write_forever_in_background(&self, forever: &Arc<Forever>, mark_ms: u64) {
+        if forever.in_flight.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (session, forever) = (self.session.clone(), forever.clone());
+        tokio::spawn(async move {
+            let mut w = forever.write.lock().await;
+            if !w.released {
+                let limit = session.limit();
+                let r = bounded(
+                    limit,
+                    "the mark update",
+                    write_forever(&session, &forever, &mut w, mark_ms),
+                )
+                .await;
+                if let Err(e) = r {
+                    tracing::debug!(worker_id = forever.worker_id, error = %e, "mark not written to zookeeper; the cache file has it");
+                }
+            }
+            drop(w);
+            forever.in_flight.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// The `forever` child of `identity`, the lowest sequence if (after a race of Java Leaf
+/// processes) there are several.
+pub(super) async fn find_forever(
+    client: &zk::Client,
+    dir: &str,
+    identity: &NodeIdentity,
+) -> Result<Option<String>> {
+    let children = client
+        .list_children(dir)
+        .await
+        .map_err(|e| map_zk(e, dir))?;
+    let mut mine: Vec<(u64, &String)> = children
+        .iter()
+        .filter_map(|c| node::forever_seq(c, identity).map(|s| (s, c)))
+        .collect();
+    mine.sort();
+    if mine.len() > 1 {
+        tracing::warn!(%identity, nodes = mine.len(), "several forever nodes for one identity; using the lowest sequence");
+    }
+    Ok(mine.first().map(|(_, c)| format!("{dir}/{c}")))
+}
+
+/// One mark write to the `forever` node, version-checked; after a start from the cache file it
+/// first takes the live lock and finds the node again.
+pub(super) async fn write_forever(
+    session: &Session,
+    forever: &Forever,
+    w: &mut ForeverWrite,
+    mark_ms: u64,
+) -> Result<()> {
+    let client = session.client().await?;
+    if w.node.is_none() {
+        if session
+            .keep_ephemeral(
+                &forever.lock_path,
+                &node::forever_data(&forever.identity, mark_ms),
+                true,
+            )
+            .await?
+            == Claim::HeldByOther
+        {
+            tracing::error!(identity = %forever.identity, "another live process holds this identity's lock; stopping");
+            forever.lost.store(true, Ordering::Release);
+            return Ok(());
+        }
+        let Some(path) = find_forever(&client, &forever.forever_dir, &forever.identity).await?
+        else {
+            tracing::warn!(identity = %forever.identity, "no forever node for this identity; the cache file keeps the mark");
+            return Ok(());
+        };
+        let child = path.rsplit('/').next().unwrap_or_default();
+        if node::forever_seq(child, &forever.identity) != Some(forever.worker_id) {
+            tracing::error!(%path, worker_id = forever.worker_id, "the identity's forever node is not the cached worker id's; stopping");
+            forever.lost.store(true, Ordering::Release);
+            return Ok(());
+        }
+        let (_, stat) = client.get_data(&path).await.map_err(|e| map_zk(e, &path))?;
+        w.node = Some((path, stat.version));
+    }
+    let (path, version) = w.node.clone().expect("set above");
+    let data = node::forever_data(&forever.identity, mark_ms);
+    let stat = match client.set_data(&path, &data, Some(version)).await {
+        Ok(stat) => stat,
+        // An earlier write landed without this node learning its version (the live lock
+        // keeps other writers of this identity out): write over it.
+        Err(zk::Error::BadVersion) => {
+            let (_, stat) = client.get_data(&path).await.map_err(|e| map_zk(e, &path))?;
+            client
+                .set_data(&path, &data, Some(stat.version))
+                .await
+                .map_err(|e| map_zk(e, &path))?
+        }
+        Err(e) => return Err(session.fail(e, &path).await),
+    };
+    w.node = Some((path, stat.version));
+    forever.confirmed.store(mark_ms, Ordering::Release);
+    Ok(())
+}

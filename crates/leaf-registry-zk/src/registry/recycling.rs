@@ -1,0 +1,216 @@
+//! `zk_recycle`: claiming, renewing and returning an id of the pool.
+
+use std::time::Duration;
+
+use leaf_core::cache_file::merge_marks;
+use leaf_core::{
+    AcquireRequest, AsyncCacheFile, CacheRecord, Error, HeldCacheGuard, Lease, LeaseToken, Renewal,
+    Result,
+};
+use zookeeper_client as zk;
+
+use super::{Held, RecycleHeld, ZkRegistry};
+use crate::error::bounded;
+use crate::node::{self, InUse};
+use crate::recycle::{self, Pool};
+
+/// The largest pool `zk_recycle` seeds: 14 worker bits, sixteen times Leaf's default.
+pub(super) const MAX_POOL_ID: u64 = (1 << 14) - 1;
+
+impl ZkRegistry {
+    /// What `zk_recycle` refuses before touching anything: a TTL the caller cannot renew in
+    /// time, a pool too large to keep in ZooKeeper.
+    pub(super) fn check_recycle(&self, req: &AcquireRequest) -> Result<Duration> {
+        let ttl = self.config.recycle_ttl();
+        if ttl <= req.min_ttl() {
+            return Err(Error::Config(format!(
+                "recycle_idle_timeout_ms {} must be above {} ms, the generator's renew period \
+                 plus fencing margin plus latency allowance",
+                ttl.as_millis(),
+                req.min_ttl().as_millis()
+            )));
+        }
+        if req.max_worker_id > MAX_POOL_ID {
+            return Err(Error::Config(format!(
+                "zk_recycle workerId mode keeps one zookeeper node per worker id, and the layout \
+                 allows {} of them; narrow the layout's worker bits to at most {} ids",
+                req.max_worker_id + 1,
+                MAX_POOL_ID + 1
+            )));
+        }
+        Ok(ttl)
+    }
+
+    pub(super) async fn acquire_recycle(
+        &self,
+        req: &AcquireRequest,
+        held: &mut HeldCacheGuard<'_>,
+        cache: AsyncCacheFile,
+        cached: Option<CacheRecord>,
+    ) -> Result<(Lease, Held)> {
+        let ttl = self.check_recycle(req)?;
+        // No start from the cache file here: the cached id may have been recycled meanwhile.
+        let client = self.session.client().await?;
+        let pool = Pool::new(&self.base);
+        let limit = self.session.limit();
+        bounded(
+            limit,
+            "seeding the worker id pool",
+            recycle::seed(&client, &pool, req.max_worker_id),
+        )
+        .await?;
+        let owner = req.identity.to_string();
+        let claimed = bounded(
+            limit,
+            "claiming a worker id",
+            recycle::claim(
+                &client,
+                &pool,
+                req.max_worker_id,
+                &owner,
+                ttl,
+                req.now_ms,
+                req.max_ahead_ms,
+            ),
+        )
+        .await?;
+        let worker_id = claimed.id;
+        let prev_mark_ms = merge_marks(worker_id, claimed.carried_mark, cached);
+        let lease = Lease::new(worker_id, prev_mark_ms)
+            .with_ttl(ttl)
+            .with_token(LeaseToken::new(claimed.stat.czxid as u64));
+        let written = cache
+            .write(CacheRecord {
+                worker_id,
+                mark_ms: prev_mark_ms.unwrap_or(0),
+            })
+            .await;
+        if let Err(e) = written {
+            // Not started: the id goes back now rather than after its TTL.
+            let back = bounded(limit, "returning the worker id", async {
+                recycle::give_back(
+                    &client,
+                    &pool,
+                    worker_id,
+                    claimed.epoch,
+                    claimed.stat.version,
+                    prev_mark_ms.unwrap_or(0),
+                )
+                .await
+            })
+            .await;
+            if let Err(b) = back {
+                tracing::warn!(worker_id, error = %b, "claimed id not returned; the recycler will");
+            }
+            return Err(e);
+        }
+        tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, ttl_ms = ttl.as_millis() as u64, "zk_recycle worker id claimed");
+        held.hold(&lease, cache);
+        let recycle = RecycleHeld {
+            worker_id,
+            token: lease.token,
+            epoch: claimed.epoch,
+            version: claimed.stat.version,
+            ttl,
+            owner,
+        };
+        Ok((lease, Held::Recycle(recycle)))
+    }
+
+    /// The `inuse` node after a version mismatch: `Some(version)` if it is still this claim's
+    /// (an earlier write of ours landed unseen), `None` if it is gone or another claim's.
+    pub(super) async fn own_version(
+        &self,
+        client: &zk::Client,
+        path: &str,
+        token: LeaseToken,
+    ) -> Result<Option<i32>> {
+        match client.get_data(path).await {
+            Ok((_, stat)) if stat.czxid as u64 == token.get() => Ok(Some(stat.version)),
+            Ok(_) | Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(self.session.fail(e, path).await),
+        }
+    }
+
+    pub(super) async fn renew_recycle(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
+        let mut state = self.lease.lock().await;
+        let Some(Held::Recycle(r)) = state.as_mut().filter(|h| matches!(h, Held::Recycle(r) if r.token == lease.token && r.worker_id == lease.worker_id)) else {
+            return Ok(Renewal::LeaseLost);
+        };
+        let (id, token, ttl, epoch, version) = (r.worker_id, r.token, r.ttl, r.epoch, r.version);
+        let owner = r.owner.clone();
+        let pool = Pool::new(&self.base);
+        let path = pool.inuse_of(id);
+        let data = node::to_json(&InUse {
+            owner,
+            ttl_ms: ttl.as_millis() as u64,
+            mark: mark_ms,
+        });
+        let client = self.session.client().await?;
+        let written = bounded(self.session.limit(), "the lease renewal", async {
+            let fail = |e| self.session.fail(e, &path);
+            match recycle::write_claim(&client, &pool, id, epoch, version, &data).await {
+                Ok(recycle::Written::At(v)) => Ok(Some(v)),
+                Ok(recycle::Written::Lost) => Ok(None),
+                Ok(recycle::Written::OtherVersion) => {
+                    let Some(v) = self.own_version(&client, &path, token).await? else {
+                        return Ok(None);
+                    };
+                    match recycle::write_claim(&client, &pool, id, epoch, v, &data).await {
+                        Ok(recycle::Written::At(v)) => Ok(Some(v)),
+                        Ok(_) => Ok(None),
+                        Err(e) => Err(fail(e).await),
+                    }
+                }
+                Err(e) => Err(fail(e).await),
+            }
+        })
+        .await?;
+        let Some(v) = written else {
+            tracing::warn!(
+                worker_id = id,
+                "the worker id's lease is gone (recycled or taken)"
+            );
+            self.forget(&mut state, lease).await;
+            return Ok(Renewal::LeaseLost);
+        };
+        r.version = v;
+        if !self.held.lock().await.write_mark(lease, mark_ms).await? {
+            return Ok(Renewal::LeaseLost);
+        }
+        Ok(Renewal::Ok { ttl: Some(ttl) })
+    }
+
+    pub(super) async fn release_recycle(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
+        let mut state = self.lease.lock().await;
+        let Some(Held::Recycle(r)) = state.as_ref().filter(|h| matches!(h, Held::Recycle(r) if r.token == lease.token && r.worker_id == lease.worker_id)) else {
+            tracing::debug!(worker_id = lease.worker_id, "release of a lease not held");
+            return Ok(());
+        };
+        let (id, token, epoch, version) = (r.worker_id, r.token, r.epoch, r.version);
+        let pool = Pool::new(&self.base);
+        let client = self.session.client().await?;
+        bounded(self.session.limit(), "returning the worker id", async {
+            if recycle::give_back(&client, &pool, id, epoch, version, final_mark_ms).await? {
+                return Ok(());
+            }
+            // Still this claim at another version (a renewal landed unanswered): return it at
+            // that version; otherwise it is gone already.
+            if let Some(v) = self.own_version(&client, &pool.inuse_of(id), token).await? {
+                recycle::give_back(&client, &pool, id, epoch, v, final_mark_ms).await?;
+            }
+            Ok(())
+        })
+        .await?;
+        if !self.held.release(lease, final_mark_ms).await? {
+            tracing::debug!(worker_id = id, "cache file not held at release");
+        }
+        *state = None;
+        tracing::info!(
+            worker_id = id,
+            final_mark_ms,
+            "zk_recycle worker id returned to the pool"
+        );
+        Ok(())
+    }
+}
