@@ -31,8 +31,8 @@ pub(crate) struct Backend {
     url_var: Option<&'static str>,
 }
 
-/// Every backend; those whose crate (or feature) is not in the workspace yet are skipped. etcd is
-/// added here, with its testbed image in [`testbed::IMAGES`].
+/// Every backend; those whose crate (or feature) is not in the workspace yet are skipped. Each
+/// backend with a server has its testbed image in [`testbed::IMAGES`].
 const BACKENDS: &[Backend] = &[
     Backend {
         name: "sqlite",
@@ -86,6 +86,36 @@ const BACKENDS: &[Backend] = &[
         features: Some("zk-normal,zk-recycle"),
         test: None,
         url_var: Some("LEAFTEST_ZK_URL"),
+    },
+    Backend {
+        name: "redis",
+        package: "leaf-registry-redis",
+        features: None,
+        test: None,
+        url_var: Some("LEAFTEST_REDIS_URL"),
+    },
+    // The server with both modes on Redis.
+    Backend {
+        name: "redis",
+        package: "leaf-server",
+        features: Some("redis"),
+        test: None,
+        url_var: Some("LEAFTEST_REDIS_URL"),
+    },
+    Backend {
+        name: "etcd",
+        package: "leaf-registry-etcd",
+        features: None,
+        test: None,
+        url_var: Some("LEAFTEST_ETCD_URL"),
+    },
+    // The server with both modes on etcd.
+    Backend {
+        name: "etcd",
+        package: "leaf-server",
+        features: Some("etcd"),
+        test: None,
+        url_var: Some("LEAFTEST_ETCD_URL"),
     },
 ];
 

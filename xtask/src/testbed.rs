@@ -106,8 +106,45 @@ exec java ${SERVER_JVMFLAGS:--Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1} 
     org.apache.zookeeper.server.quorum.QuorumPeerMain "$conf"
 "#;
 
+/// Redis as the tests want it: every write fsynced before its answer (`appendonly yes`,
+/// `appendfsync always`), data in `/data`, reachable from the host. `REDIS_APPENDONLY` and
+/// `REDIS_APPENDFSYNC` override the two settings, and arguments are passed on to `redis-server`
+/// after these (a later option wins), so a test can start a Redis with weaker durability. The
+/// official `redis` image takes the same arguments.
+const REDIS_ENTRYPOINT: &str = r#"#!/bin/sh
+set -eu
+mkdir -p /data
+# A leading "redis-server" (the official image's command form) is dropped; the other
+# arguments follow the defaults, so they win.
+if [ "${1:-}" = "redis-server" ]; then
+    shift
+fi
+exec redis-server --bind 0.0.0.0 --protected-mode no --port 6379 --dir /data \
+    --appendonly "${REDIS_APPENDONLY:-yes}" --appendfsync "${REDIS_APPENDFSYNC:-always}" "$@"
+"#;
+
+/// etcd (Debian's `etcd-server`, 3.4, v3 API) configured as the official image is, through
+/// etcd's own `ETCD_*` variables: data in `/data`, clients on `0.0.0.0:2379` advertised as
+/// `http://127.0.0.1:2379`, the structured (`zap`) logger; peers on etcd's default, a
+/// one-member cluster on `localhost:2380`. A variable set on the container wins (a cluster
+/// member sets its name, its peer URLs and the initial cluster); arguments are passed on to
+/// `etcd`.
+const ETCD_ENTRYPOINT: &str = r#"#!/bin/sh
+set -eu
+export ETCD_DATA_DIR="${ETCD_DATA_DIR:-/data}"
+export ETCD_LISTEN_CLIENT_URLS="${ETCD_LISTEN_CLIENT_URLS:-http://0.0.0.0:2379}"
+export ETCD_ADVERTISE_CLIENT_URLS="${ETCD_ADVERTISE_CLIENT_URLS:-http://127.0.0.1:2379}"
+export ETCD_LOGGER="${ETCD_LOGGER:-zap}"
+mkdir -p "$ETCD_DATA_DIR"
+chmod 700 "$ETCD_DATA_DIR"
+if [ "${1:-}" = "etcd" ]; then
+    shift
+fi
+exec etcd "$@"
+"#;
+
 /// The images `cargo xtask testbed` builds. ZooKeeper is Java (`proc` is mounted for its
-/// post-install); etcd (`etcd-server`) is added here the same way.
+/// post-install).
 pub(crate) const IMAGES: &[ImageSpec] = &[
     ImageSpec {
         backend: "mysql",
@@ -127,6 +164,22 @@ pub(crate) const IMAGES: &[ImageSpec] = &[
             ZOOKEEPER_ENTRYPOINT,
         ),
         port: 2181,
+    },
+    ImageSpec {
+        backend: "redis",
+        image: "leaf-testbed/redis:local",
+        image_var: "LEAFTEST_REDIS_IMAGE",
+        packages: &["redis-server"],
+        entrypoint: ("/usr/local/bin/leaf-testbed-redis", REDIS_ENTRYPOINT),
+        port: 6379,
+    },
+    ImageSpec {
+        backend: "etcd",
+        image: "leaf-testbed/etcd:local",
+        image_var: "LEAFTEST_ETCD_IMAGE",
+        packages: &["etcd-server"],
+        entrypoint: ("/usr/local/bin/leaf-testbed-etcd", ETCD_ENTRYPOINT),
+        port: 2379,
     },
 ];
 

@@ -12,9 +12,22 @@ use leaf_core::{
 
 use crate::config::{
     Config, SegmentSection, SnowflakeMode, SnowflakeSection, StoreKind, key_leading_field,
+    name_keys,
 };
 
 /// The error for a backend whose cargo feature is not compiled in.
+#[cfg_attr(
+    all(
+        feature = "local",
+        feature = "sqlite",
+        feature = "mysql",
+        feature = "zk-normal",
+        feature = "zk-recycle",
+        feature = "redis",
+        feature = "etcd"
+    ),
+    expect(dead_code, reason = "every backend is compiled in")
+)]
 fn missing_feature(key: &str, value: &str, feature: &str) -> Error {
     Error::Config(format!(
         "{key} = \"{value}\" needs leaf-server built with the cargo feature `{feature}` \
@@ -37,13 +50,19 @@ const STORE_FIELDS: &[&str] = &[
 /// [`DeferredStore`](crate::deferred::DeferredStore): segment mode starts not ready and its
 /// start-up retries reach the store through it. Refused credentials, a corrupt file and the
 /// like still stop start-up.
-pub async fn segment_store(config: &SegmentSection) -> Result<Arc<dyn SegmentStore>> {
-    open_segment_store(config)
+///
+/// `name` is the leaf name (`name`), which namespaces the stores that keep a leaf name's keys
+/// apart (etcd).
+pub async fn segment_store(config: &SegmentSection, name: &str) -> Result<Arc<dyn SegmentStore>> {
+    open_segment_store(config, name)
         .await
         .map_err(|e| key_leading_field(e, "segment", STORE_FIELDS))
 }
 
-async fn open_segment_store(config: &SegmentSection) -> Result<Arc<dyn SegmentStore>> {
+async fn open_segment_store(
+    config: &SegmentSection,
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))] config_name: &str,
+) -> Result<Arc<dyn SegmentStore>> {
     match config.store {
         #[cfg(feature = "sqlite")]
         StoreKind::Sqlite => {
@@ -80,13 +99,53 @@ async fn open_segment_store(config: &SegmentSection) -> Result<Arc<dyn SegmentSt
         }
         #[cfg(not(feature = "mysql"))]
         StoreKind::Mysql => Err(missing_feature("segment.store", "mysql", "mysql")),
+        #[cfg(feature = "etcd")]
+        StoreKind::Etcd => {
+            let etcd = etcd_store_config(config);
+            let name = config_name.to_string();
+            // `EtcdStore`'s: durable (raft), shared by any number of servers.
+            let capabilities = leaf_core::StoreCapabilities::new(true, true);
+            connect_or_defer("etcd", capabilities, move || {
+                let (etcd, name) = (etcd.clone(), name.clone());
+                async move {
+                    let store = leaf_registry_etcd::EtcdStore::connect(&etcd, &name).await?;
+                    Ok(Arc::new(store) as Arc<dyn SegmentStore>)
+                }
+            })
+            .await
+            .map_err(|e| name_keys(e, ETCD_STORE_WORDS))
+        }
+        #[cfg(not(feature = "etcd"))]
         StoreKind::Etcd => Err(missing_feature("segment.store", "etcd", "etcd")),
+        #[cfg(feature = "redis")]
+        StoreKind::Redis => {
+            let redis = redis_store_config(config);
+            // `RedisStore`'s: durable (the guard refuses a weak server), shared by any number
+            // of servers.
+            let capabilities = leaf_core::StoreCapabilities::new(true, true);
+            connect_or_defer("redis", capabilities, move || {
+                let redis = redis.clone();
+                async move {
+                    let store = leaf_registry_redis::RedisStore::connect(&redis).await?;
+                    Ok(Arc::new(store) as Arc<dyn SegmentStore>)
+                }
+            })
+            .await
+            .map_err(|e| name_keys(e, REDIS_STORE_WORDS))
+        }
+        #[cfg(not(feature = "redis"))]
+        StoreKind::Redis => Err(missing_feature("segment.store", "redis", "redis")),
     }
 }
 
 /// `connect()`'s store; on a retryable failure, a [`DeferredStore`](crate::deferred::DeferredStore)
 /// of `kind` with `capabilities` that calls `connect` again on use.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "mysql",
+    feature = "redis",
+    feature = "etcd"
+))]
 async fn connect_or_defer<F, Fut>(
     kind: &'static str,
     capabilities: leaf_core::StoreCapabilities,
@@ -108,6 +167,85 @@ where
             )))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// The etcd store's field names in its errors and the keys they come from.
+#[cfg(feature = "etcd")]
+const ETCD_STORE_WORDS: &[(&str, &str)] = &[
+    ("endpoints", "segment.url"),
+    ("timeout_ms", "segment.timeout_ms"),
+];
+
+/// The etcd store's settings: the endpoints listed in `segment.url`, `segment.timeout_ms`.
+#[cfg(feature = "etcd")]
+pub fn etcd_store_config(config: &SegmentSection) -> leaf_registry_etcd::EtcdConfig {
+    leaf_registry_etcd::EtcdConfig {
+        timeout_ms: config.timeout_ms,
+        ..leaf_registry_etcd::EtcdConfig::with_url(&config.url)
+    }
+}
+
+/// The `etcd` mode's settings from `[snowflake.etcd]`.
+#[cfg(feature = "etcd")]
+pub fn etcd_registry_config(
+    section: &crate::config::EtcdSection,
+) -> leaf_registry_etcd::EtcdConfig {
+    leaf_registry_etcd::EtcdConfig {
+        endpoints: section.endpoints.clone(),
+        timeout_ms: section.timeout_ms,
+        lease_ttl_ms: section.lease_ttl_ms,
+        prefix: section.prefix.clone(),
+    }
+}
+
+/// The fields of `[segment.redis]` that the Redis store's errors name, anywhere in the
+/// message (the durability guard's advice), and their keys.
+#[cfg(feature = "redis")]
+const REDIS_STORE_WORDS: &[(&str, &str)] = &[
+    ("key_prefix", "segment.redis.key_prefix"),
+    (
+        "accept_weak_durability",
+        "segment.redis.accept_weak_durability",
+    ),
+    ("assume_durable", "segment.redis.assume_durable"),
+    ("wait_replicas", "segment.redis.wait_replicas"),
+    ("wait_timeout_ms", "segment.redis.wait_timeout_ms"),
+];
+
+/// The Redis store's settings: `segment.url`, the timeouts of `[segment]`, and
+/// `[segment.redis]`.
+#[cfg(feature = "redis")]
+pub fn redis_store_config(config: &SegmentSection) -> leaf_registry_redis::RedisStoreConfig {
+    let r = &config.redis;
+    leaf_registry_redis::RedisConfig {
+        url: config.url.clone(),
+        key_prefix: r.key_prefix.clone(),
+        connect_timeout_ms: config.connect_timeout_ms,
+        timeout_ms: config.timeout_ms,
+        accept_weak_durability: r.accept_weak_durability,
+        assume_durable: r.assume_durable,
+        wait_replicas: r.wait_replicas,
+        wait_timeout_ms: r.wait_timeout_ms,
+        ..leaf_registry_redis::RedisConfig::default()
+    }
+}
+
+/// The `redis` mode's settings from `[snowflake.redis]`.
+#[cfg(feature = "redis")]
+pub fn redis_registry_config(
+    section: &crate::config::RedisSection,
+) -> leaf_registry_redis::RedisRegistryConfig {
+    leaf_registry_redis::RedisConfig {
+        url: section.url.clone(),
+        key_prefix: section.key_prefix.clone(),
+        connect_timeout_ms: section.connect_timeout_ms,
+        timeout_ms: section.timeout_ms,
+        accept_weak_durability: section.accept_weak_durability,
+        assume_durable: section.assume_durable,
+        wait_replicas: section.wait_replicas,
+        wait_timeout_ms: section.wait_timeout_ms,
+        lease_ttl_ms: section.lease_ttl_ms,
     }
 }
 
@@ -177,6 +315,8 @@ struct Keyed {
     inner: Arc<dyn WorkerIdRegistry>,
     section: &'static str,
     fields: &'static [&'static str],
+    /// Field names that a message may name anywhere, not only first, and their keys.
+    words: &'static [(&'static str, &'static str)],
 }
 
 impl Keyed {
@@ -185,15 +325,26 @@ impl Keyed {
         section: &'static str,
         fields: &'static [&'static str],
     ) -> Arc<dyn WorkerIdRegistry> {
+        Self::wrap_naming(inner, section, fields, &[])
+    }
+
+    /// [`Keyed::wrap`], with field names a message may name anywhere (`words`).
+    fn wrap_naming(
+        inner: Arc<dyn WorkerIdRegistry>,
+        section: &'static str,
+        fields: &'static [&'static str],
+        words: &'static [(&'static str, &'static str)],
+    ) -> Arc<dyn WorkerIdRegistry> {
         Arc::new(Keyed {
             inner,
             section,
             fields,
+            words,
         })
     }
 
     fn key(&self, e: Error) -> Error {
-        key_leading_field(e, self.section, self.fields)
+        name_keys(key_leading_field(e, self.section, self.fields), self.words)
     }
 }
 
@@ -276,7 +427,59 @@ pub async fn registry(config: &Config) -> Result<Registry> {
         }
         #[cfg(not(feature = "mysql"))]
         SnowflakeMode::Mysql => Err(missing_feature("snowflake.mode", "mysql", "mysql")),
+        #[cfg(feature = "etcd")]
+        SnowflakeMode::Etcd => {
+            const FIELDS: &[&str] = &["endpoints", "timeout_ms", "lease_ttl_ms", "prefix"];
+            // Contacts nothing until the first `acquire`.
+            let registry = leaf_registry_etcd::EtcdRegistry::connect(
+                &etcd_registry_config(&sf.etcd),
+                sf.cache_dir.clone(),
+                &config.name,
+            )
+            .map_err(|e| key_leading_field(e, "snowflake.etcd", FIELDS))?;
+            Ok(Registry::without_peers(Keyed::wrap(
+                Arc::new(registry),
+                "snowflake.etcd",
+                FIELDS,
+            )))
+        }
+        #[cfg(not(feature = "etcd"))]
         SnowflakeMode::Etcd => Err(missing_feature("snowflake.mode", "etcd", "etcd")),
+        #[cfg(feature = "redis")]
+        SnowflakeMode::Redis => {
+            const FIELDS: &[&str] = &[
+                "url",
+                "key_prefix",
+                "lease_ttl_ms",
+                "connect_timeout_ms",
+                "timeout_ms",
+                "accept_weak_durability",
+                "assume_durable",
+                "wait_replicas",
+                "wait_timeout_ms",
+            ];
+            // Contacts nothing until the first `acquire`.
+            let registry = leaf_registry_redis::RedisRegistry::new(
+                &redis_registry_config(&sf.redis),
+                sf.cache_dir.clone(),
+                &config.name,
+            )
+            .map_err(|e| key_leading_field(e, "snowflake.redis", FIELDS))?;
+            Ok(Registry::without_peers(Keyed::wrap_naming(
+                Arc::new(registry),
+                "snowflake.redis",
+                FIELDS,
+                &[
+                    (
+                        "accept_weak_durability",
+                        "snowflake.redis.accept_weak_durability",
+                    ),
+                    ("assume_durable", "snowflake.redis.assume_durable"),
+                ],
+            )))
+        }
+        #[cfg(not(feature = "redis"))]
+        SnowflakeMode::Redis => Err(missing_feature("snowflake.mode", "redis", "redis")),
     }
 }
 
@@ -348,17 +551,25 @@ mod tests {
     #[tokio::test]
     async fn backends_not_compiled_in_name_their_feature() {
         let mut c = Config::default();
-        let mut modes = vec![(SnowflakeMode::Etcd, "`etcd`")];
+        let mut modes = Vec::new();
+        let mut stores = Vec::new();
+        if cfg!(not(feature = "etcd")) {
+            modes.push((SnowflakeMode::Etcd, "`etcd`"));
+            stores.push((StoreKind::Etcd, "`etcd`"));
+        }
         if cfg!(not(feature = "zk-normal")) {
             modes.push((SnowflakeMode::ZkNormal, "`zk-normal`"));
         }
         if cfg!(not(feature = "zk-recycle")) {
             modes.push((SnowflakeMode::ZkRecycle, "`zk-recycle`"));
         }
-        let mut stores = vec![(StoreKind::Etcd, "`etcd`")];
         if cfg!(not(feature = "mysql")) {
             modes.push((SnowflakeMode::Mysql, "`mysql`"));
             stores.push((StoreKind::Mysql, "`mysql`"));
+        }
+        if cfg!(not(feature = "redis")) {
+            modes.push((SnowflakeMode::Redis, "`redis`"));
+            stores.push((StoreKind::Redis, "`redis`"));
         }
         for (mode, feature) in modes {
             c.snowflake.mode = mode;
@@ -369,7 +580,7 @@ mod tests {
         }
         for (store, feature) in stores {
             c.segment.store = store;
-            let e = segment_store(&c.segment).await.unwrap_err();
+            let e = segment_store(&c.segment, &c.name).await.unwrap_err();
             assert!(e.to_string().contains(feature), "{e}");
             assert!(e.to_string().contains("segment.store"), "{e}");
         }
@@ -385,7 +596,9 @@ mod tests {
     #[cfg(not(feature = "sqlite"))]
     #[tokio::test]
     async fn sqlite_store_without_its_feature_names_it() {
-        let e = segment_store(&Config::default().segment).await.unwrap_err();
+        let e = segment_store(&Config::default().segment, "leaf")
+            .await
+            .unwrap_err();
         assert!(e.to_string().contains("`sqlite`"), "{e}");
     }
 
@@ -395,7 +608,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Config::default();
         c.segment.url = format!("sqlite://{}/sub/leaf.db", dir.path().display());
-        let store = segment_store(&c.segment).await.unwrap();
+        let store = segment_store(&c.segment, &c.name).await.unwrap();
         assert_eq!(store.kind(), "sqlite");
         assert!(dir.path().join("sub/leaf.db").exists());
     }

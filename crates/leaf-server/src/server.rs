@@ -177,7 +177,7 @@ async fn start_segment(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<SegmentService> {
     let seeds = config.segment.seed_tags()?;
-    let store = backend::segment_store(&config.segment).await?;
+    let store = backend::segment_store(&config.segment, &config.name).await?;
     tracing::info!(
         store = store.kind(),
         url = %crate::config::redact_url(&config.segment.url),

@@ -313,6 +313,9 @@ pub(super) mod tests {
             "snowflake.zk.address",
             "snowflake.mysql.url",
             "snowflake.etcd.endpoints",
+            "snowflake.redis.url",
+            "snowflake.redis.lease_ttl_ms",
+            "segment.redis.accept_weak_durability",
             "log.format",
             "log.level",
         ] {

@@ -18,9 +18,10 @@ use serde::{Deserialize, Serialize};
 
 pub use load::{Loaded, load};
 pub use redact::redact_url;
-pub use segment::{SegmentSection, StoreKind};
+pub use segment::{SegmentRedisSection, SegmentSection, StoreKind};
 pub use snowflake::{
-    EtcdSection, LocalSection, MysqlSection, SnowflakeMode, SnowflakeSection, ZkSection,
+    EtcdSection, LocalSection, MysqlSection, RedisSection, SnowflakeMode, SnowflakeSection,
+    ZkSection,
 };
 
 use redact::redacted;
@@ -208,6 +209,28 @@ fn is_mysql_url(url: &str) -> bool {
     })
 }
 
+/// Whether `url` is a list of etcd client URLs, `http://host:port[,http://host:port...]`.
+fn is_etcd_url(url: &str) -> bool {
+    let mut any = false;
+    for endpoint in url.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let ok = endpoint
+            .split_once("://")
+            .is_some_and(|(scheme, rest)| scheme.eq_ignore_ascii_case("http") && !rest.is_empty());
+        if !ok {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+/// Whether `url` names a Redis server.
+fn is_redis_url(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss")
+    })
+}
+
 impl Config {
     /// Checks what types alone cannot; errors name the key.
     pub fn validate(&self) -> Result<()> {
@@ -362,6 +385,8 @@ mod tests {
         ("segment.connect_timeout_ms", Some((0, 3_600_000))),
         ("segment.timeout_ms", Some((0, 3_600_000))),
         ("segment.lock_wait_timeout_s", Some((0, 3_600))),
+        ("segment.redis.wait_replicas", Some((0, 1_000))),
+        ("segment.redis.wait_timeout_ms", Some((0, 3_600_000))),
         ("snowflake.random_start", Some((0, 1 << 62))),
         ("snowflake.max_backwards_ms", Some((0, 60_000))),
         ("snowflake.mark_window_ms", Some((1_001, 3_600_000))),
@@ -375,6 +400,14 @@ mod tests {
             Some((1, 86_400_000)),
         ),
         ("snowflake.zk.max_peer_skew_ms", Some((0, 86_400_000))),
+        ("snowflake.etcd.timeout_ms", Some((1, 3_600_000))),
+        // A whole number of seconds (leaf-registry-etcd's rule): the bounds are multiples of 1000.
+        ("snowflake.etcd.lease_ttl_ms", Some((1_000, 86_400_000))),
+        ("snowflake.redis.lease_ttl_ms", Some((1, 86_400_000))),
+        ("snowflake.redis.connect_timeout_ms", Some((0, 3_600_000))),
+        ("snowflake.redis.timeout_ms", Some((0, 3_600_000))),
+        ("snowflake.redis.wait_replicas", Some((0, 1_000))),
+        ("snowflake.redis.wait_timeout_ms", Some((0, 3_600_000))),
         // The layout's rule (layout_validation_table in leaf-core).
         ("snowflake.epoch_ms", None),
         ("snowflake.timestamp_bits", None),
@@ -432,7 +465,7 @@ mod tests {
         check("[server]\nmax_batch = \"x\"\n", "server.max_batch");
         check("[server]\nmax_batch = 0\n", "server.max_batch");
         check("[server]\nlisten = \"nowhere\"\n", "server.listen");
-        check("[segment]\nstore = \"redis\"\n", "segment.store");
+        check("[segment]\nstore = \"postgres\"\n", "segment.store");
         check(
             "[segment]\npreload_threshold = 1.5\n",
             "segment.preload_threshold",

@@ -8,7 +8,7 @@ use leaf_segment::SegmentConfig;
 use serde::{Deserialize, Serialize};
 
 use super::redact::redact_url;
-use super::{bad, check_bounds, is_mysql_url, name_keys};
+use super::{bad, check_bounds, is_etcd_url, is_mysql_url, is_redis_url, name_keys};
 
 /// The segment stores the configuration can name.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -20,6 +20,8 @@ pub enum StoreKind {
     Mysql,
     /// etcd (feature `etcd`).
     Etcd,
+    /// Redis, one hash per tag (feature `redis`).
+    Redis,
 }
 
 impl StoreKind {
@@ -29,6 +31,7 @@ impl StoreKind {
             StoreKind::Sqlite => "sqlite",
             StoreKind::Mysql => "mysql",
             StoreKind::Etcd => "etcd",
+            StoreKind::Redis => "redis",
         }
     }
 }
@@ -55,7 +58,7 @@ pub struct SegmentSection {
     pub miss_ttl_ms: u64,
     /// Failed loads are retried with a backoff growing up to this. Default 5000.
     pub retry_backoff_max_ms: u64,
-    /// `sqlite`, `mysql` or `etcd`, each behind its cargo feature. Default `sqlite`.
+    /// `sqlite`, `mysql`, `etcd` or `redis`, each behind its cargo feature. Default `sqlite`.
     pub store: StoreKind,
     /// The store's address. Default `sqlite://leaf-data/leaf.db`.
     pub url: String,
@@ -63,10 +66,10 @@ pub struct SegmentSection {
     pub max_connections: u32,
     /// SQLite's busy timeout, in milliseconds. Default 5000.
     pub busy_timeout_ms: u64,
-    /// MySQL: how long to wait for a connection (opening one, or a free one of the pool), in
-    /// milliseconds, before a load fails and is retried. Default 3000.
+    /// MySQL and Redis: how long to wait for a connection (opening one, or a free one of the
+    /// pool), in milliseconds, before a load fails and is retried. Default 3000.
     pub connect_timeout_ms: u64,
-    /// MySQL: the longest one call (an allocation transaction, the tag list) may take, in
+    /// MySQL, Redis and etcd: the longest one call (an allocation, the tag list) may take, in
     /// milliseconds; a stalled server fails the call instead of hanging it. Default 5000.
     pub timeout_ms: u64,
     /// MySQL: InnoDB's `innodb_lock_wait_timeout` of the store's sessions, in seconds: how long
@@ -75,6 +78,40 @@ pub struct SegmentSection {
     /// Tags created at start-up when missing (an existing row is never touched).
     /// Default `["leaf-segment-test"]`, Leaf's quick-start tag.
     pub seed_tags: Vec<String>,
+    /// `[segment.redis]`: the Redis store's settings beyond `url` and the timeouts.
+    pub redis: SegmentRedisSection,
+}
+
+/// `[segment.redis]` (`leaf-registry-redis`'s `RedisConfig`; the address is `segment.url`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SegmentRedisSection {
+    /// The first part of every key the store writes. Default `leaf`.
+    pub key_prefix: String,
+    /// Start even when Redis is not set to `appendonly yes` + `appendfsync always` (a crash may
+    /// then lose acknowledged allocations, and IDs repeat); a warning is logged at every start.
+    /// Default `false`.
+    pub accept_weak_durability: bool,
+    /// Take the server's durability as sufficient without asking (for servers where `CONFIG`
+    /// is disabled); the operator vouches for it. Default `false`.
+    pub assume_durable: bool,
+    /// After each write, `WAIT` for this many replicas to acknowledge it; 0: no `WAIT`.
+    /// Default 0.
+    pub wait_replicas: u32,
+    /// How long `WAIT` waits for the replicas, in milliseconds. Default 1000.
+    pub wait_timeout_ms: u64,
+}
+
+impl Default for SegmentRedisSection {
+    fn default() -> Self {
+        SegmentRedisSection {
+            key_prefix: "leaf".into(),
+            accept_weak_durability: false,
+            assume_durable: false,
+            wait_replicas: 0,
+            wait_timeout_ms: 1000,
+        }
+    }
 }
 
 impl Default for SegmentSection {
@@ -97,6 +134,7 @@ impl Default for SegmentSection {
             timeout_ms: 5000,
             lock_wait_timeout_s: 3,
             seed_tags: vec!["leaf-segment-test".into()],
+            redis: SegmentRedisSection::default(),
         }
     }
 }
@@ -121,6 +159,7 @@ impl fmt::Debug for SegmentSection {
             .field("timeout_ms", &self.timeout_ms)
             .field("lock_wait_timeout_s", &self.lock_wait_timeout_s)
             .field("seed_tags", &self.seed_tags)
+            .field("redis", &self.redis)
             .finish()
     }
 }
@@ -198,6 +237,18 @@ impl SegmentSection {
                 0,
                 3_600,
             ),
+            (
+                "segment.redis.wait_replicas",
+                u64::from(self.redis.wait_replicas),
+                0,
+                1_000,
+            ),
+            (
+                "segment.redis.wait_timeout_ms",
+                self.redis.wait_timeout_ms,
+                0,
+                HOUR_MS,
+            ),
         ])?;
         self.allocator_config()
             .validate()
@@ -219,6 +270,25 @@ impl SegmentSection {
                     "must be at least 1 (InnoDB counts whole seconds)".into(),
                 );
             }
+        }
+        if self.enabled && self.store == StoreKind::Etcd && !is_etcd_url(&self.url) {
+            return bad(
+                "segment.url",
+                format!(
+                    "{:?} is not a list of http:// urls (http://host:2379[,http://host:2379...]), \
+                     which segment.store = \"etcd\" needs",
+                    redact_url(&self.url)
+                ),
+            );
+        }
+        if self.enabled && self.store == StoreKind::Redis && !is_redis_url(&self.url) {
+            return bad(
+                "segment.url",
+                format!(
+                    "{:?} is not a redis:// (or rediss://) url, which segment.store = \"redis\" needs",
+                    redact_url(&self.url)
+                ),
+            );
         }
         Ok(())
     }

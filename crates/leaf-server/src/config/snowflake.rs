@@ -10,7 +10,7 @@ use leaf_core::{Result, SnowflakeLayout, TWITTER_EPOCH_MS};
 use serde::{Deserialize, Serialize};
 
 use super::redact::redact_url;
-use super::{bad, check_bounds, is_mysql_url, keyed, name_keys};
+use super::{bad, check_bounds, is_mysql_url, is_redis_url, keyed, name_keys};
 
 /// The workerId modes the configuration can name.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -26,6 +26,8 @@ pub enum SnowflakeMode {
     Mysql,
     /// etcd leases (feature `etcd`).
     Etcd,
+    /// Leased ids on Redis (feature `redis`).
+    Redis,
 }
 
 impl SnowflakeMode {
@@ -37,6 +39,7 @@ impl SnowflakeMode {
             SnowflakeMode::ZkRecycle => "zk_recycle",
             SnowflakeMode::Mysql => "mysql",
             SnowflakeMode::Etcd => "etcd",
+            SnowflakeMode::Redis => "redis",
         }
     }
 }
@@ -47,7 +50,8 @@ impl SnowflakeMode {
 pub struct SnowflakeSection {
     /// Serve snowflake mode. Default `true`.
     pub enabled: bool,
-    /// The workerId mode: `local`, `zk_normal`, `zk_recycle`, `mysql` or `etcd`. Default `local`.
+    /// The workerId mode: `local`, `zk_normal`, `zk_recycle`, `mysql`, `etcd` or `redis`.
+    /// Default `local`.
     pub mode: SnowflakeMode,
     /// The epoch, Unix milliseconds. Default 1288834974657 (Twitter's, Leaf's).
     pub epoch_ms: u64,
@@ -93,6 +97,8 @@ pub struct SnowflakeSection {
     pub mysql: MysqlSection,
     /// `[snowflake.etcd]`.
     pub etcd: EtcdSection,
+    /// `[snowflake.redis]`.
+    pub redis: RedisSection,
 }
 
 impl Default for SnowflakeSection {
@@ -119,6 +125,7 @@ impl Default for SnowflakeSection {
             zk: ZkSection::default(),
             mysql: MysqlSection::default(),
             etcd: EtcdSection::default(),
+            redis: RedisSection::default(),
         }
     }
 }
@@ -211,6 +218,48 @@ impl SnowflakeSection {
                 0,
                 24 * HOUR_MS,
             ),
+            (
+                "snowflake.etcd.timeout_ms",
+                self.etcd.timeout_ms,
+                1,
+                HOUR_MS,
+            ),
+            (
+                "snowflake.etcd.lease_ttl_ms",
+                self.etcd.lease_ttl_ms,
+                1_000,
+                24 * HOUR_MS,
+            ),
+            (
+                "snowflake.redis.lease_ttl_ms",
+                self.redis.lease_ttl_ms,
+                1,
+                24 * HOUR_MS,
+            ),
+            (
+                "snowflake.redis.connect_timeout_ms",
+                self.redis.connect_timeout_ms,
+                0,
+                HOUR_MS,
+            ),
+            (
+                "snowflake.redis.timeout_ms",
+                self.redis.timeout_ms,
+                0,
+                HOUR_MS,
+            ),
+            (
+                "snowflake.redis.wait_replicas",
+                u64::from(self.redis.wait_replicas),
+                0,
+                1_000,
+            ),
+            (
+                "snowflake.redis.wait_timeout_ms",
+                self.redis.wait_timeout_ms,
+                0,
+                HOUR_MS,
+            ),
         ])?;
         // The generator's own timing rules, once, named by these keys.
         self.generator_config(self.layout()?)
@@ -228,6 +277,15 @@ impl SnowflakeSection {
                 format!(
                     "{:?} is not a mysql:// url, which snowflake.mode = \"mysql\" needs",
                     redact_url(&self.mysql.url)
+                ),
+            );
+        }
+        if self.enabled && self.mode == SnowflakeMode::Redis && !is_redis_url(&self.redis.url) {
+            return bad(
+                "snowflake.redis.url",
+                format!(
+                    "{:?} is not a redis:// (or rediss://) url, which snowflake.mode = \"redis\" needs",
+                    redact_url(&self.redis.url)
                 ),
             );
         }
@@ -317,19 +375,92 @@ impl fmt::Debug for MysqlSection {
     }
 }
 
-/// `[snowflake.etcd]`.
+/// `[snowflake.etcd]`: the `etcd` mode (`leaf-registry-etcd`'s `EtcdConfig`).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct EtcdSection {
-    /// etcd's endpoints. Default `["http://127.0.0.1:2379"]`.
+    /// etcd's client URLs (`http://host:2379`). Default `["http://127.0.0.1:2379"]`.
     pub endpoints: Vec<String>,
+    /// The longest one etcd call may take, in milliseconds. Default 3000.
+    pub timeout_ms: u64,
+    /// The TTL of a worker id's lease, a whole number of seconds in milliseconds; an id whose
+    /// owner stopped renewing is free for another node after it. Must exceed
+    /// `snowflake.mark_renew_ms` + `snowflake.fencing_margin_ms` + 1 s. Default 10000.
+    pub lease_ttl_ms: u64,
+    /// A prefix for every key: a leaf name's keys live under `{prefix}/{name}/`. Empty or an
+    /// absolute path (`/leaf-prod`). Default empty.
+    pub prefix: String,
 }
 
 impl Default for EtcdSection {
     fn default() -> Self {
         EtcdSection {
             endpoints: vec!["http://127.0.0.1:2379".into()],
+            timeout_ms: 3000,
+            lease_ttl_ms: 10_000,
+            prefix: String::new(),
         }
+    }
+}
+
+/// `[snowflake.redis]`: the `redis` mode (`leaf-registry-redis`'s `RedisConfig`).
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisSection {
+    /// The Redis server. Default `redis://127.0.0.1:6379`.
+    pub url: String,
+    /// The first part of every key the registry writes (`{key_prefix}:{name}:workers:{id}`).
+    /// Default `leaf`.
+    pub key_prefix: String,
+    /// The TTL of a worker id's lease; an id unrenewed this long is free for another node.
+    /// Must exceed `snowflake.mark_renew_ms` + `snowflake.fencing_margin_ms` + 1 s.
+    /// Default 10000.
+    pub lease_ttl_ms: u64,
+    /// How long to wait for a connection, in milliseconds. Default 3000.
+    pub connect_timeout_ms: u64,
+    /// The longest one call may take, in milliseconds. Default 5000.
+    pub timeout_ms: u64,
+    /// Start even when Redis is not set to `appendonly yes` + `appendfsync always` (a crash
+    /// may then lose the marks); a warning is logged at every start. Default `false`.
+    pub accept_weak_durability: bool,
+    /// Take the server's durability as sufficient without asking (for servers where `CONFIG`
+    /// is disabled). Default `false`.
+    pub assume_durable: bool,
+    /// After each write, `WAIT` for this many replicas; 0: no `WAIT`. Default 0.
+    pub wait_replicas: u32,
+    /// How long `WAIT` waits for the replicas, in milliseconds. Default 1000.
+    pub wait_timeout_ms: u64,
+}
+
+impl Default for RedisSection {
+    fn default() -> Self {
+        RedisSection {
+            url: "redis://127.0.0.1:6379".into(),
+            key_prefix: "leaf".into(),
+            lease_ttl_ms: 10_000,
+            connect_timeout_ms: 3000,
+            timeout_ms: 5000,
+            accept_weak_durability: false,
+            assume_durable: false,
+            wait_replicas: 0,
+            wait_timeout_ms: 1000,
+        }
+    }
+}
+
+impl fmt::Debug for RedisSection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSection")
+            .field("url", &redact_url(&self.url))
+            .field("key_prefix", &self.key_prefix)
+            .field("lease_ttl_ms", &self.lease_ttl_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("accept_weak_durability", &self.accept_weak_durability)
+            .field("assume_durable", &self.assume_durable)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout_ms", &self.wait_timeout_ms)
+            .finish()
     }
 }
 

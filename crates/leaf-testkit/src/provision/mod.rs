@@ -15,6 +15,9 @@
 //!   stop and start again.
 //! - [`zk_ensemble`]: three ZooKeeper containers on a Docker network of their own, each one
 //!   a [`Dedicated`] that can be stopped and started.
+//! - [`REDIS`]: its containers take arguments (`appendonly yes`, `appendfsync always`), so its
+//!   shared server is [`redis_shared`] (one key prefix per test: [`redis_namespace`]) and its
+//!   own containers [`redis_dedicated`], which [`kill_server`] can also SIGKILL.
 //!
 //! Nothing is ever skipped: a server that cannot be provisioned or reached fails the test with
 //! a message saying what to set. Containers publish their port on `127.0.0.1` only. A shared
@@ -39,10 +42,17 @@ use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::sync::OnceCell;
 
+mod etcd;
 mod mysql;
+mod redis;
 mod zookeeper;
 
+pub use etcd::{ETCD, EtcdCluster, EtcdNamespace, etcd_cluster, etcd_namespace, etcd_namespace_on};
 pub use mysql::{MYSQL, MysqlDatabase, mysql_database, mysql_database_on, with_database};
+pub use redis::{
+    DURABLE_ARGS, REDIS, RedisNamespace, kill_server, redis_dedicated, redis_dedicated_with,
+    redis_namespace, redis_namespace_on, redis_shared,
+};
 pub use zookeeper::{
     ZOOKEEPER, ZkEnsemble, ZkNamespace, zk_ensemble, zk_namespace, zk_namespace_on,
 };
@@ -384,6 +394,15 @@ async fn launch_container(
     kind: &'static ServerKind,
     launch: Launch,
 ) -> Result<(ContainerAsync<GenericImage>, Endpoint), ProvisionError> {
+    launch_container_cmd(kind, launch, Vec::new()).await
+}
+
+/// As [`launch_container`], with `cmd` as the container's command (the image's when empty).
+async fn launch_container_cmd(
+    kind: &'static ServerKind,
+    launch: Launch,
+    cmd: Vec<String>,
+) -> Result<(ContainerAsync<GenericImage>, Endpoint), ProvisionError> {
     reap_once().await;
     let host_port = launch.host_port;
     let image = image_of(kind);
@@ -413,6 +432,9 @@ async fn launch_container(
     }
     for (k, v) in launch.env {
         request = request.with_env_var(k, v);
+    }
+    if !cmd.is_empty() {
+        request = request.with_cmd(cmd);
     }
     if let Some(network) = launch.network {
         request = request.with_network(network);

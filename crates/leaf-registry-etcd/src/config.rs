@@ -1,0 +1,214 @@
+//! Configuration of the etcd backend (`[snowflake.etcd]`, and the etcd segment store): where the
+//! cluster is, how long a call may take, the worker-id lease's TTL and the key prefix.
+
+use std::time::Duration;
+
+use leaf_core::{Error, Result};
+use serde::Deserialize;
+
+/// How to reach etcd and how the `etcd` workerId mode and the etcd segment store use it.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EtcdConfig {
+    /// The cluster's client URLs (`http://host:2379`); calls are balanced over them, so one
+    /// member down does not stop the service. Default `["http://127.0.0.1:2379"]`.
+    pub endpoints: Vec<String>,
+    /// How long one etcd call (or one allocation, conflicts retried included) may take, in
+    /// milliseconds; a longer one fails with `Unavailable`, so a stalled cluster never hangs a
+    /// caller. Default `3000`.
+    pub timeout_ms: u64,
+    /// The TTL of a worker id's etcd lease, in milliseconds: a whole number of seconds (etcd
+    /// counts leases in seconds). A node that stops renewing loses its id after it. It must be
+    /// above the generator's minimum (renew period + fencing margin + latency allowance).
+    /// Default `10000`.
+    pub lease_ttl_ms: u64,
+    /// A prefix for every key: the keys of a leaf name live under `{prefix}/{name}/`. Empty, or
+    /// an absolute path without a trailing slash (`/leaf-prod`). Default `""`.
+    pub prefix: String,
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        EtcdConfig {
+            endpoints: vec!["http://127.0.0.1:2379".into()],
+            timeout_ms: 3000,
+            lease_ttl_ms: 10_000,
+            prefix: String::new(),
+        }
+    }
+}
+
+impl EtcdConfig {
+    /// The defaults with `endpoints`.
+    pub fn with_endpoints<S: Into<String>>(endpoints: impl IntoIterator<Item = S>) -> Self {
+        EtcdConfig {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            ..EtcdConfig::default()
+        }
+    }
+
+    /// The defaults with the endpoints of a URL list, `http://a:2379[,http://b:2379...]` (the
+    /// form of `segment.url`).
+    pub fn with_url(url: &str) -> Self {
+        Self::with_endpoints(
+            url.split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_owned),
+        )
+    }
+
+    /// `Config`, naming the field, if a value cannot work.
+    pub fn validate(&self) -> Result<()> {
+        if self.endpoints.is_empty() || self.endpoints.iter().any(|e| e.trim().is_empty()) {
+            return Err(Error::Config(
+                "endpoints must list at least one client url, none of them empty".into(),
+            ));
+        }
+        if let Some(bad) = self.endpoints.iter().find(|e| e.starts_with("https://")) {
+            return Err(Error::Config(format!(
+                "endpoints: {bad:?} needs tls, which this build does not support; use http://"
+            )));
+        }
+        if self.timeout_ms == 0 {
+            return Err(Error::Config("timeout_ms must be above 0".into()));
+        }
+        if self.lease_ttl_ms < 1000 || !self.lease_ttl_ms.is_multiple_of(1000) {
+            return Err(Error::Config(format!(
+                "lease_ttl_ms must be a whole number of seconds (etcd leases count seconds), \
+                 got {}",
+                self.lease_ttl_ms
+            )));
+        }
+        let p = &self.prefix;
+        let bad_prefix = !p.is_empty()
+            && (!p.starts_with('/') || p.len() < 2 || p.ends_with('/') || p.contains("//"));
+        if bad_prefix {
+            return Err(Error::Config(format!(
+                "prefix {p:?} must be empty or an absolute path such as \"/leaf\", without a \
+                 trailing slash"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.max(1))
+    }
+
+    /// The lease TTL in etcd's unit.
+    pub(crate) fn lease_ttl_s(&self) -> i64 {
+        i64::try_from(self.lease_ttl_ms / 1000).unwrap_or(i64::MAX)
+    }
+
+    /// `{prefix}/{name}`, after checking `name`.
+    pub(crate) fn base(&self, name: &str) -> Result<String> {
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(Error::Config(format!(
+                "the leaf name {name:?} must be one etcd key segment (not empty, no '/')"
+            )));
+        }
+        Ok(format!("{}/{name}", self.prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documented_ones() {
+        let c = EtcdConfig::default();
+        assert_eq!(c.endpoints, ["http://127.0.0.1:2379"]);
+        assert_eq!(c.timeout_ms, 3000);
+        assert_eq!(c.lease_ttl_ms, 10_000);
+        assert_eq!(c.prefix, "");
+        c.validate().unwrap();
+        assert_eq!(c.lease_ttl_s(), 10);
+        assert_eq!(c.base("leaf").unwrap(), "/leaf");
+    }
+
+    #[test]
+    fn deserialises_partial_and_refuses_unknown_keys() {
+        let c: EtcdConfig = serde_json::from_str(
+            r#"{"endpoints": ["http://a:2379", "http://b:2379"], "prefix": "/p"}"#,
+        )
+        .unwrap();
+        assert_eq!(c.endpoints.len(), 2);
+        assert_eq!(c.timeout_ms, 3000);
+        assert_eq!(c.base("leaf").unwrap(), "/p/leaf");
+        assert!(serde_json::from_str::<EtcdConfig>(r#"{"endpoint": []}"#).is_err());
+    }
+
+    #[test]
+    fn url_lists_split_at_commas() {
+        let c = EtcdConfig::with_url("http://a:2379, http://b:2379,");
+        assert_eq!(c.endpoints, ["http://a:2379", "http://b:2379"]);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let check = |c: EtcdConfig, field: &str| {
+            let e = c.validate().unwrap_err();
+            assert!(
+                matches!(&e, Error::Config(m) if m.starts_with(field)),
+                "{field}: {e}"
+            );
+        };
+        let d = EtcdConfig::default;
+        check(
+            EtcdConfig {
+                endpoints: vec![],
+                ..d()
+            },
+            "endpoints",
+        );
+        check(
+            EtcdConfig {
+                endpoints: vec![" ".into()],
+                ..d()
+            },
+            "endpoints",
+        );
+        check(
+            EtcdConfig {
+                endpoints: vec!["https://a:2379".into()],
+                ..d()
+            },
+            "endpoints",
+        );
+        check(
+            EtcdConfig {
+                timeout_ms: 0,
+                ..d()
+            },
+            "timeout_ms",
+        );
+        for ttl in [0, 999, 1500, 10_001] {
+            check(
+                EtcdConfig {
+                    lease_ttl_ms: ttl,
+                    ..d()
+                },
+                "lease_ttl_ms",
+            );
+        }
+        for prefix in ["leaf", "/", "/a/", "/a//b"] {
+            check(
+                EtcdConfig {
+                    prefix: prefix.into(),
+                    ..d()
+                },
+                "prefix",
+            );
+        }
+    }
+
+    #[test]
+    fn names_are_one_segment() {
+        let c = EtcdConfig::default();
+        for bad in ["", ".", "..", "a/b"] {
+            assert!(matches!(c.base(bad), Err(Error::Config(_))), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,474 @@
+//! `EtcdRegistry`: the `etcd` workerId mode. Worker ids are claimed under an etcd lease, kept
+//! by renewals, recycled by etcd when a lease expires; each id's mark outlives its leases.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
+use leaf_core::cache_file::merge_marks;
+use leaf_core::{
+    AcquireRequest, CacheRecord, Error, HeldCache, Lease, LeaseToken, RegistryCapabilities,
+    Renewal, Result, WorkerIdRegistry,
+};
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use crate::client::Conn;
+use crate::config::EtcdConfig;
+use crate::error::is_lease_gone;
+
+/// The `etcd` workerId mode; see the crate docs for the keys and the transactions.
+pub struct EtcdRegistry {
+    config: EtcdConfig,
+    /// `{prefix}/{name}`.
+    base: String,
+    cache_dir: PathBuf,
+    file_name: String,
+    conn: Conn,
+    held: HeldCache,
+    /// The claim held, if any. Locked before `held` by every call.
+    lease: Mutex<Option<Claim>>,
+}
+
+/// One claim of a worker id: the etcd lease that `workers/{id}` is attached to.
+#[derive(Clone, Copy, Debug)]
+struct Claim {
+    worker_id: u64,
+    lease_id: i64,
+}
+
+impl Claim {
+    fn is(&self, lease: &Lease) -> bool {
+        self.worker_id == lease.worker_id && LeaseToken::new(self.lease_id as u64) == lease.token
+    }
+}
+
+/// The value of `workers/{id}`: who holds it, for operators; nothing reads it back.
+#[derive(Serialize)]
+struct Owner<'a> {
+    owner: String,
+    ttl_ms: u64,
+    mode: &'a str,
+}
+
+impl fmt::Debug for EtcdRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdRegistry")
+            .field("endpoints", &self.config.endpoints)
+            .field("base", &self.base)
+            .field("cache_dir", &self.cache_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a claim found.
+struct Claimed {
+    worker_id: u64,
+    mark: Option<u64>,
+}
+
+impl EtcdRegistry {
+    /// A registry on the cluster of `config`, for the leaf name `name` (keys under
+    /// `{prefix}/{name}/`), keeping its cache file in `cache_dir`. Nothing is contacted before
+    /// [`acquire`](WorkerIdRegistry::acquire), so this succeeds while etcd is down.
+    pub fn connect(config: &EtcdConfig, cache_dir: PathBuf, name: &str) -> Result<EtcdRegistry> {
+        config.validate()?;
+        let base = config.base(name)?;
+        Ok(EtcdRegistry {
+            config: config.clone(),
+            base,
+            cache_dir,
+            // Per mode: a worker id cached by another mode must never serve a start here.
+            file_name: format!("worker-etcd-{name}"),
+            conn: Conn::new(config),
+            held: HeldCache::new(),
+            lease: Mutex::new(None),
+        })
+    }
+
+    fn workers_dir(&self) -> String {
+        format!("{}/workers/", self.base)
+    }
+
+    fn worker_key(&self, id: u64) -> String {
+        format!("{}/workers/{id}", self.base)
+    }
+
+    fn mark_key(&self, id: u64) -> String {
+        format!("{}/marks/{id}", self.base)
+    }
+
+    /// The configured TTL, refused with `Config` when the caller could not renew in time.
+    fn check_ttl(&self, req: &AcquireRequest) -> Result<Duration> {
+        let ttl = Duration::from_millis(self.config.lease_ttl_ms);
+        if ttl <= req.min_ttl() {
+            return Err(Error::Config(format!(
+                "lease_ttl_ms {} must be above {} ms, the generator's renew period plus fencing \
+                 margin plus latency allowance",
+                ttl.as_millis(),
+                req.min_ttl().as_millis()
+            )));
+        }
+        Ok(ttl)
+    }
+
+    /// Revokes `lease_id`, logging a failure (the lease then simply expires).
+    async fn revoke_quietly(&self, client: &Client, lease_id: i64) {
+        let mut c = client.clone();
+        if let Err(e) = self
+            .conn
+            .call("revoking a lease", c.lease_revoke(lease_id))
+            .await
+        {
+            tracing::debug!(lease_id, error = %e, "lease not revoked; it expires by itself");
+        }
+    }
+
+    /// Claims the lowest free id whose mark is not too far ahead, under `lease_id`.
+    async fn claim(
+        &self,
+        client: &Client,
+        req: &AcquireRequest,
+        lease_id: i64,
+        ttl: Duration,
+    ) -> Result<Claimed> {
+        let mut c = client.clone();
+        let listed = self
+            .conn
+            .call(
+                "listing the claimed worker ids",
+                c.get(
+                    self.workers_dir(),
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                ),
+            )
+            .await?;
+        let dir = self.workers_dir();
+        let taken: BTreeSet<u64> = listed
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok()?.strip_prefix(&dir)?.parse().ok())
+            .collect();
+        let owner = serde_json::to_string(&Owner {
+            owner: req.identity.to_string(),
+            ttl_ms: ttl.as_millis() as u64,
+            mode: "etcd",
+        })
+        .unwrap_or_default();
+        let mut ahead: Option<(u64, u64)> = None;
+        for id in (0..=req.max_worker_id).filter(|id| !taken.contains(id)) {
+            let (worker, mark_key) = (self.worker_key(id), self.mark_key(id));
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    worker.clone(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then([
+                    TxnOp::put(
+                        worker.clone(),
+                        owner.clone(),
+                        Some(PutOptions::new().with_lease(lease_id)),
+                    ),
+                    TxnOp::get(mark_key.clone(), None),
+                ]);
+            let resp = self.conn.call("claiming a worker id", c.txn(txn)).await?;
+            if !resp.succeeded() {
+                continue; // taken meanwhile
+            }
+            let mark = resp
+                .op_responses()
+                .into_iter()
+                .find_map(|r| match r {
+                    TxnOpResponse::Get(g) => Some(parse_mark(g.kvs(), &mark_key)),
+                    _ => None,
+                })
+                .transpose()?
+                .flatten();
+            if let Some(m) = mark.filter(|m| *m > req.now_ms.saturating_add(req.max_ahead_ms)) {
+                // Another machine's clock ran fast: give the id back and try the next one.
+                tracing::warn!(
+                    worker_id = id,
+                    mark = m,
+                    now_ms = req.now_ms,
+                    "worker id's mark is too far ahead of this node's clock; skipping it"
+                );
+                let back = Txn::new()
+                    .when([Compare::lease(worker.clone(), CompareOp::Equal, lease_id)])
+                    .and_then([TxnOp::delete(worker, None)]);
+                self.conn.call("returning a worker id", c.txn(back)).await?;
+                ahead = ahead.max(Some((m, id)));
+                continue;
+            }
+            return Ok(Claimed {
+                worker_id: id,
+                mark,
+            });
+        }
+        let max = req.max_worker_id;
+        Err(match ahead {
+            Some((mark, id)) => Error::Unavailable(format!(
+                "every free worker id in 0..={max} has a mark too far ahead of this node's \
+                 clock (worker id {id}: {} ms ahead); check the clocks",
+                mark.saturating_sub(req.now_ms)
+            )),
+            None => Error::Unavailable(format!(
+                "every worker id in 0..={max} is in use; one comes back when its owner stops or \
+                 after its lease expires"
+            )),
+        })
+    }
+
+    /// One keep-alive of `lease_id`, sent now: the TTL etcd granted, `None` if the lease is gone.
+    async fn keep_alive(&self, client: &Client, lease_id: i64) -> Result<Option<Duration>> {
+        let mut c = client.clone();
+        let what = "the lease keep-alive";
+        leaf_core::bounded(crate::error::BACKEND, self.conn.timeout(), what, async {
+            // The client sends one keep-alive and checks its answer; a second one reports the
+            // TTL. Both are sent after the caller's instant, so either answer may count.
+            let (mut keeper, mut stream) = match c.lease_keep_alive(lease_id).await {
+                Ok(s) => s,
+                Err(e) if is_lease_gone(&e) => return Ok(None),
+                Err(e) => return Err(crate::error::map_etcd(e, what)),
+            };
+            keeper
+                .keep_alive()
+                .await
+                .map_err(|e| crate::error::map_etcd(e, what))?;
+            match stream.message().await {
+                Ok(Some(resp)) if resp.ttl() > 0 => {
+                    Ok(Some(Duration::from_secs(resp.ttl() as u64)))
+                }
+                Ok(Some(_)) => Ok(None),
+                Ok(None) => Err(Error::Unavailable("etcd cannot be reached".into())),
+                Err(e) if is_lease_gone(&e) => Ok(None),
+                Err(e) => Err(crate::error::map_etcd(e, what)),
+            }
+        })
+        .await
+    }
+
+    /// Writes `mark_ms` to `marks/{id}` if `workers/{id}` is still under `lease_id`; `false`
+    /// when it is not (expired, or another claim's).
+    async fn write_mark(&self, client: &Client, claim: Claim, mark_ms: u64) -> Result<bool> {
+        let mut c = client.clone();
+        let txn = Txn::new()
+            .when([Compare::lease(
+                self.worker_key(claim.worker_id),
+                CompareOp::Equal,
+                claim.lease_id,
+            )])
+            .and_then([TxnOp::put(
+                self.mark_key(claim.worker_id),
+                mark_ms.to_string(),
+                None,
+            )]);
+        Ok(self
+            .conn
+            .call("the mark write", c.txn(txn))
+            .await?
+            .succeeded())
+    }
+}
+
+/// The mark in `marks/{id}` (`None` if the key does not exist); a value that is not a number is
+/// an error, never silently ignored: it would hide the mark.
+fn parse_mark(kvs: &[etcd_client::KeyValue], key: &str) -> Result<Option<u64>> {
+    let Some(kv) = kvs.first() else {
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(kv.value()).unwrap_or_default();
+    text.trim().parse::<u64>().map(Some).map_err(|_| {
+        Error::backend(
+            crate::error::BACKEND,
+            format!("{key} holds {text:?}, not a mark in unix milliseconds"),
+        )
+    })
+}
+
+#[async_trait]
+impl WorkerIdRegistry for EtcdRegistry {
+    fn mode(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn capabilities(&self) -> RegistryCapabilities {
+        RegistryCapabilities::new(true, true)
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
+        let ttl = self.check_ttl(req)?;
+        let mut state = self.lease.lock().await;
+        let mut held = self.held.lock().await;
+        // The cache directory's lock first: a second process on it must not start at all.
+        let (cache, cached) = held.open_unheld(&self.cache_dir, &self.file_name).await?;
+        // No start from the cache file: the cached id may have been recycled meanwhile.
+        let client = self.conn.client().await?;
+        let mut c = client.clone();
+        let granted = self
+            .conn
+            .call(
+                "granting a lease",
+                c.lease_grant(self.config.lease_ttl_s(), None),
+            )
+            .await?;
+        let lease_id = granted.id();
+        // What etcd counts down is what the caller fences on (etcd may raise a TTL below its
+        // minimum, never lower one).
+        let ttl = match granted.ttl() {
+            t if t > 0 => Duration::from_secs(t as u64),
+            _ => ttl,
+        };
+        let claimed = match self.claim(&client, req, lease_id, ttl).await {
+            Ok(c) => c,
+            Err(e) => {
+                // What this lease claimed (an answer lost, say) comes back now, not after the TTL.
+                self.revoke_quietly(&client, lease_id).await;
+                return Err(e);
+            }
+        };
+        let worker_id = claimed.worker_id;
+        let prev_mark_ms = merge_marks(worker_id, claimed.mark, cached);
+        let written = cache
+            .write(CacheRecord {
+                worker_id,
+                mark_ms: prev_mark_ms.unwrap_or(0),
+            })
+            .await;
+        if let Err(e) = written {
+            self.revoke_quietly(&client, lease_id).await;
+            return Err(e);
+        }
+        let lease = Lease::new(worker_id, prev_mark_ms)
+            .with_ttl(ttl)
+            .with_token(LeaseToken::new(lease_id as u64));
+        tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, lease_id, ttl_ms = ttl.as_millis() as u64, "etcd worker id claimed");
+        held.hold(&lease, cache);
+        *state = Some(Claim {
+            worker_id,
+            lease_id,
+        });
+        Ok(lease)
+    }
+
+    async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
+        let mut state = self.lease.lock().await;
+        let Some(claim) = state.filter(|c| c.is(lease)) else {
+            return Ok(Renewal::LeaseLost);
+        };
+        let client = self.conn.client().await?;
+        let granted = self.keep_alive(&client, claim.lease_id).await?;
+        let kept = match granted {
+            Some(ttl) => self
+                .write_mark(&client, claim, mark_ms)
+                .await?
+                .then_some(ttl),
+            None => None,
+        };
+        let Some(ttl) = kept else {
+            tracing::warn!(
+                worker_id = claim.worker_id,
+                lease_id = claim.lease_id,
+                "the worker id's lease is gone (expired or revoked)"
+            );
+            *state = None;
+            self.held.forget(lease).await;
+            return Ok(Renewal::LeaseLost);
+        };
+        if !self.held.lock().await.write_mark(lease, mark_ms).await? {
+            return Ok(Renewal::LeaseLost);
+        }
+        Ok(Renewal::Ok { ttl: Some(ttl) })
+    }
+
+    async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
+        let mut state = self.lease.lock().await;
+        let Some(claim) = state.filter(|c| c.is(lease)) else {
+            tracing::debug!(worker_id = lease.worker_id, "release of a lease not held");
+            return Ok(());
+        };
+        let client = self.conn.client().await?;
+        if !self.write_mark(&client, claim, final_mark_ms).await? {
+            // Expired meanwhile: the last renewed mark (above every timestamp issued) stays.
+            tracing::warn!(
+                worker_id = claim.worker_id,
+                "the lease expired before the release; the final mark was not written"
+            );
+        }
+        let mut c = client.clone();
+        match self
+            .conn
+            .call("revoking the lease", c.lease_revoke(claim.lease_id))
+            .await
+        {
+            Ok(_) | Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        if !self.held.release(lease, final_mark_ms).await? {
+            tracing::debug!(
+                worker_id = claim.worker_id,
+                "cache file not held at release"
+            );
+        }
+        *state = None;
+        tracing::info!(
+            worker_id = claim.worker_id,
+            final_mark_ms,
+            "etcd worker id released"
+        );
+        Ok(())
+    }
+
+    async fn abandon(&self, lease: &Lease) {
+        let mut state = self.lease.lock().await;
+        if state.is_some_and(|c| c.is(lease)) {
+            *state = None;
+            self.held.forget(lease).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leaf_core::NodeIdentity;
+
+    fn registry(ttl_ms: u64) -> EtcdRegistry {
+        let config = EtcdConfig {
+            lease_ttl_ms: ttl_ms,
+            ..EtcdConfig::default()
+        };
+        EtcdRegistry::connect(&config, PathBuf::from("/nonexistent"), "leaf").unwrap()
+    }
+
+    #[test]
+    fn keys_follow_the_layout() {
+        let r = registry(10_000);
+        assert_eq!(r.worker_key(3), "/leaf/workers/3");
+        assert_eq!(r.mark_key(3), "/leaf/marks/3");
+        assert_eq!(r.workers_dir(), "/leaf/workers/");
+    }
+
+    #[test]
+    fn a_ttl_the_caller_cannot_renew_in_time_is_config_naming_the_field() {
+        let req = AcquireRequest::new(NodeIdentity::new("10.0.0.1", 8080), 1023, 0);
+        let e = registry(3000).check_ttl(&req).unwrap_err();
+        assert!(
+            matches!(&e, Error::Config(m) if m.starts_with("lease_ttl_ms")),
+            "{e}"
+        );
+        assert_eq!(
+            registry(4000).check_ttl(&req).unwrap(),
+            Duration::from_secs(4)
+        );
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        let e = EtcdRegistry::connect(&EtcdConfig::default(), PathBuf::new(), "a/b").unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e}");
+    }
+}

@@ -1,0 +1,325 @@
+//! The connection to Redis shared by every call of a store or registry: opened on demand,
+//! checked by the durability guard every time it is opened (at start and after every
+//! reconnect), dropped on an I/O error or a timeout so that the next call opens a new one, and
+//! `WAIT` for replicas after writes.
+//!
+//! The redis crate's `ConnectionManager` reconnects by itself, but offers no hook to run the
+//! guard on the new connection (only a RESP3 push channel); this small manager does.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex as StdMutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use leaf_core::{Error, Result};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Client, RedisError};
+
+use crate::config::RedisConfig;
+use crate::error::{bounded, breaks_connection, map_redis, map_redis_at_start};
+
+/// One lazily opened, guarded, multiplexed connection.
+pub(crate) struct Connection {
+    client: Client,
+    config: RedisConfig,
+    /// The connection in use, if one is open.
+    current: StdMutex<Option<MultiplexedConnection>>,
+    /// Serialises opening, so that concurrent calls open one connection, not many.
+    opening: tokio::sync::Mutex<()>,
+    /// Whether a connection passed the guard once: failures before that are start-up failures
+    /// (`Config`), after it outages (`Unavailable`).
+    started: AtomicBool,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("url", &self.config.redacted_url())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the durability guard found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// `appendonly yes` and `appendfsync always`.
+    Durable,
+    /// The two settings as the server reported them, at least one weaker.
+    Weak {
+        appendonly: String,
+        appendfsync: String,
+    },
+    /// The server refused `CONFIG GET` and `assume_durable` is not set.
+    Unknown,
+}
+
+/// Judges the server's answers to `CONFIG GET appendonly` / `appendfsync` (`None`: refused).
+pub(crate) fn judge(
+    appendonly: Option<&str>,
+    appendfsync: Option<&str>,
+    assume_durable: bool,
+) -> Durability {
+    match (appendonly, appendfsync) {
+        (Some(a), Some(f)) => {
+            if a.eq_ignore_ascii_case("yes") && f.eq_ignore_ascii_case("always") {
+                Durability::Durable
+            } else {
+                Durability::Weak {
+                    appendonly: a.to_owned(),
+                    appendfsync: f.to_owned(),
+                }
+            }
+        }
+        _ if assume_durable => Durability::Durable,
+        _ => Durability::Unknown,
+    }
+}
+
+impl Connection {
+    /// A connection to the server of `config`; nothing is contacted yet.
+    pub(crate) fn new(config: &RedisConfig) -> Result<Self> {
+        config.validate()?;
+        let client = Client::open(config.url.as_str()).map_err(|e| {
+            Error::Config(format!(
+                "url {:?} is not a valid redis url: {}",
+                config.redacted_url(),
+                e.detail().unwrap_or("unparseable")
+            ))
+        })?;
+        Ok(Connection {
+            client,
+            config: config.clone(),
+            current: StdMutex::default(),
+            opening: tokio::sync::Mutex::new(()),
+            started: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// Opens the connection now (if none is open) and runs the guard: a store's start-up.
+    pub(crate) async fn open(&self) -> Result<()> {
+        bounded(
+            self.config.connect_timeout() + self.config.timeout(),
+            "the connection",
+            self.get(),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The open connection, or a new one that passed the guard.
+    async fn get(&self) -> Result<MultiplexedConnection> {
+        if let Some(c) = self.current.lock().expect("connection lock").clone() {
+            return Ok(c);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(c) = self.current.lock().expect("connection lock").clone() {
+            return Ok(c);
+        }
+        let at_start = !self.started.load(Ordering::Acquire);
+        let map = |e: RedisError| {
+            if at_start {
+                map_redis_at_start(e)
+            } else {
+                map_redis(e)
+            }
+        };
+        let cfg = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.config.connect_timeout()))
+            .set_response_timeout(Some(self.config.timeout()));
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&cfg)
+            .await
+            .map_err(map)?;
+        self.guard(&mut conn, at_start).await?;
+        self.started.store(true, Ordering::Release);
+        *self.current.lock().expect("connection lock") = Some(conn.clone());
+        tracing::debug!(url = %self.config.redacted_url(), "redis connection opened");
+        Ok(conn)
+    }
+
+    /// The durability guard on a new connection.
+    async fn guard(&self, conn: &mut MultiplexedConnection, at_start: bool) -> Result<()> {
+        let appendonly = config_get(conn, "appendonly").await?;
+        let appendfsync = config_get(conn, "appendfsync").await?;
+        let url = self.config.redacted_url();
+        let verdict = judge(
+            appendonly.as_deref(),
+            appendfsync.as_deref(),
+            self.config.assume_durable,
+        );
+        let problem = match verdict {
+            Durability::Durable => return Ok(()),
+            Durability::Weak {
+                appendonly,
+                appendfsync,
+            } => format!(
+                "redis at {url} runs with appendonly {appendonly} and appendfsync {appendfsync}; \
+                 leaf needs appendonly yes and appendfsync always, or an acknowledged allocation \
+                 can be lost in a crash and its ids handed out twice"
+            ),
+            Durability::Unknown => format!(
+                "redis at {url} refuses CONFIG GET, so its appendonly and appendfsync cannot be \
+                 checked; leaf needs appendonly yes and appendfsync always (set assume_durable = \
+                 true if the server runs with them)"
+            ),
+        };
+        if self.config.accept_weak_durability {
+            tracing::warn!(
+                url = %url,
+                "{problem}; running anyway because accept_weak_durability is set"
+            );
+            return Ok(());
+        }
+        if at_start {
+            Err(Error::Config(format!(
+                "{problem}; set accept_weak_durability = true to run anyway"
+            )))
+        } else {
+            tracing::error!(url = %url, "{problem}; refusing the reconnected server");
+            Err(Error::Unavailable(
+                "redis durability is weaker than appendonly yes and appendfsync always".into(),
+            ))
+        }
+    }
+
+    /// Forgets the open connection (the next call opens a new one).
+    fn reset(&self) {
+        self.current.lock().expect("connection lock").take();
+    }
+
+    /// Runs `f` on the connection within `timeout_ms`; `what` names it in a timeout's message.
+    pub(crate) async fn call<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        self.call_within(self.config.timeout(), what, f).await
+    }
+
+    /// As [`call`](Self::call), for a write: bounded by `timeout_ms` plus `wait_timeout_ms`
+    /// when replicas are awaited.
+    pub(crate) async fn write<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        self.call_within(self.config.write_timeout(), what, f).await
+    }
+
+    async fn call_within<T, F, Fut>(
+        &self,
+        limit: std::time::Duration,
+        what: &str,
+        f: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let r = bounded(limit, what, async {
+            let conn = self.get().await?;
+            f(conn).await.map_err(|e| {
+                if breaks_connection(&e) {
+                    self.reset();
+                }
+                map_redis(e)
+            })
+        })
+        .await;
+        if let Err(Error::Unavailable(_)) = &r {
+            // A timeout may leave the connection stuck behind a stalled server.
+            self.reset();
+        }
+        r
+    }
+
+    /// After a write on `conn`: `WAIT` for `wait_replicas` replicas (nothing when 0).
+    /// `Ok(false)` if fewer acknowledged it within `wait_timeout_ms`.
+    pub(crate) async fn wait_replicas(
+        config: &RedisConfig,
+        conn: &mut MultiplexedConnection,
+    ) -> redis::RedisResult<bool> {
+        if config.wait_replicas == 0 {
+            return Ok(true);
+        }
+        let acked: u64 = redis::cmd("WAIT")
+            .arg(config.wait_replicas)
+            .arg(config.wait_timeout_ms)
+            .query_async(conn)
+            .await?;
+        if acked < u64::from(config.wait_replicas) {
+            tracing::warn!(
+                acked,
+                wanted = config.wait_replicas,
+                wait_timeout_ms = config.wait_timeout_ms,
+                "a write was not acknowledged by enough replicas"
+            );
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// The failure of a write that fewer replicas than `wait_replicas` acknowledged.
+pub(crate) fn not_replicated() -> Error {
+    Error::Unavailable(
+        "redis: the write was not acknowledged by wait_replicas replicas within wait_timeout_ms"
+            .into(),
+    )
+}
+
+/// `CONFIG GET name`: its value, `None` if the server refuses the command (renamed, ACL).
+async fn config_get(conn: &mut impl ConnectionLike, name: &str) -> Result<Option<String>> {
+    let r: redis::RedisResult<HashMap<String, String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query_async(conn)
+        .await;
+    match r {
+        Ok(map) => Ok(map.get(name).cloned()),
+        Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
+            Err(map_redis(e))
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "redis refuses CONFIG GET {name}");
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durability_table() {
+        let check = |a: Option<&str>, f: Option<&str>, assume: bool, durable: bool| {
+            let v = judge(a, f, assume);
+            assert_eq!(
+                v == Durability::Durable,
+                durable,
+                "{a:?} {f:?} {assume}: {v:?}"
+            );
+        };
+        check(Some("yes"), Some("always"), false, true);
+        check(Some("YES"), Some("Always"), false, true);
+        check(Some("yes"), Some("everysec"), false, false);
+        check(Some("no"), Some("always"), false, false);
+        check(Some("no"), Some("no"), true, false);
+        check(None, None, false, false);
+        check(None, None, true, true);
+        assert_eq!(
+            judge(Some("yes"), Some("everysec"), false),
+            Durability::Weak {
+                appendonly: "yes".into(),
+                appendfsync: "everysec".into()
+            }
+        );
+        assert_eq!(judge(None, Some("always"), false), Durability::Unknown);
+    }
+}

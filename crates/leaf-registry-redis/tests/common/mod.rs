@@ -1,0 +1,148 @@
+//! Fixtures of the real-Redis tests: a key prefix of one's own on the test server (the one
+//! `LEAFTEST_REDIS_URL` names, or a container `leaf-testkit` provisions from
+//! `LEAFTEST_REDIS_IMAGE`), and stores and registries on it.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use leaf_core::{AcquireRequest, NodeIdentity, SegmentStore, WorkerIdRegistry};
+use leaf_registry_redis::{RedisConfig, RedisRegistry, RedisStore};
+use leaf_testkit::fixture::NodeDirs;
+use leaf_testkit::provision::{RedisNamespace, redis_namespace, redis_namespace_on};
+use leaf_testkit::{RegistryFixture, StoreFixture};
+
+/// The leaf name every registry uses (under its test's own prefix).
+pub const NAME: &str = "leaf";
+
+/// A key prefix of one's own on the shared test server; fails the test loudly when there is none.
+pub async fn namespace() -> RedisNamespace {
+    match redis_namespace().await {
+        Ok(ns) => ns,
+        Err(e) => panic!("no Redis for the tests: {e}"),
+    }
+}
+
+/// The configuration of a namespace: its server and prefix, a lease TTL of 4 s (above the
+/// generator's minimum of 3 s; expiries take seconds, not tens of them).
+pub fn config_of(ns: &RedisNamespace) -> RedisConfig {
+    RedisConfig {
+        key_prefix: ns.prefix.clone(),
+        lease_ttl_ms: 4000,
+        timeout_ms: 2000,
+        connect_timeout_ms: 1000,
+        ..RedisConfig::with_url(ns.url.clone())
+    }
+}
+
+/// A namespace on the server at `url` (a dedicated one).
+pub fn namespace_on(url: &str) -> RedisNamespace {
+    redis_namespace_on(url)
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+pub fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
+    AcquireRequest::new(identity, max_worker_id, now_ms())
+}
+
+/// One store test's namespace.
+pub struct StoreFix {
+    pub config: RedisConfig,
+    _ns: RedisNamespace,
+}
+
+impl StoreFix {
+    pub async fn new() -> Self {
+        let ns = namespace().await;
+        StoreFix {
+            config: config_of(&ns),
+            _ns: ns,
+        }
+    }
+
+    pub async fn connect(&self) -> RedisStore {
+        RedisStore::connect(&self.config)
+            .await
+            .unwrap_or_else(|e| panic!("redis store: {e}"))
+    }
+}
+
+#[async_trait]
+impl StoreFixture for StoreFix {
+    async fn store(&self) -> Arc<dyn SegmentStore> {
+        Arc::new(self.connect().await)
+    }
+
+    async fn another_handle(&self) -> Arc<dyn SegmentStore> {
+        Arc::new(self.connect().await)
+    }
+}
+
+/// One registry test's namespace, and nodes (registries) in it.
+pub struct RegFix {
+    pub config: RedisConfig,
+    dirs: NodeDirs,
+    temp: Mutex<Vec<tempfile::TempDir>>,
+    _ns: RedisNamespace,
+}
+
+impl RegFix {
+    pub async fn new() -> Self {
+        Self::on(namespace().await)
+    }
+
+    pub fn on(ns: RedisNamespace) -> Self {
+        RegFix {
+            config: config_of(&ns),
+            dirs: NodeDirs::default(),
+            temp: Mutex::default(),
+            _ns: ns,
+        }
+    }
+
+    pub fn new_dir(&self) -> PathBuf {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().to_path_buf();
+        self.temp.lock().unwrap().push(dir);
+        path
+    }
+
+    pub fn registry_in(&self, dir: PathBuf) -> Arc<RedisRegistry> {
+        Arc::new(RedisRegistry::new(&self.config, dir, NAME).expect("registry"))
+    }
+
+    /// A registry with a new cache directory.
+    pub fn registry(&self) -> Arc<RedisRegistry> {
+        self.registry_in(self.new_dir())
+    }
+}
+
+#[async_trait]
+impl RegistryFixture for RegFix {
+    async fn node(&self) -> Arc<dyn WorkerIdRegistry> {
+        let dir = self.new_dir();
+        let node: Arc<dyn WorkerIdRegistry> = self.registry_in(dir.clone());
+        self.dirs.remember(&node, dir);
+        node
+    }
+
+    async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry> {
+        let dir = self.dirs.take(previous);
+        let node: Arc<dyn WorkerIdRegistry> = self.registry_in(dir.clone());
+        self.dirs.remember(&node, dir);
+        node
+    }
+
+    fn identity(&self, i: u16) -> NodeIdentity {
+        NodeIdentity::new("10.0.0.1", 8000 + i)
+    }
+}

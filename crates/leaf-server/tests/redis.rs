@@ -1,0 +1,122 @@
+//! The server with `segment.store = "redis"` and `snowflake.mode = "redis"` on a real Redis
+//! (`leaf_testkit::provision`: the server of `LEAFTEST_REDIS_URL`, else a container of
+//! `LEAFTEST_REDIS_IMAGE`), each test under a key prefix of its own: two processes share the
+//! tag's segments and take distinct worker ids; a Redis without `appendfsync always` stops
+//! start-up naming the key that would accept it, and that key lets the server run.
+
+#![cfg(feature = "redis")]
+
+mod common;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Server, free_port, wait_exit};
+use leaf_testkit::provision::{self, RedisNamespace};
+
+const TAG: &str = "leaf-segment-test";
+
+async fn namespace() -> RedisNamespace {
+    provision::redis_namespace().await.unwrap_or_else(|e| {
+        panic!(
+            "no Redis for the leaf-server tests: {e}\n\
+             (set LEAFTEST_REDIS_URL, or LEAFTEST_REDIS_IMAGE to an image Docker has)"
+        )
+    })
+}
+
+/// Starts the binary with both modes on the Redis at `url` under `prefix`, its identity
+/// `127.0.0.1:{port}`, plus `extra`; does not wait for it to serve.
+fn spawn(dir: &Path, n: u32, url: &str, prefix: &str, extra: &[(&str, &str)]) -> Server {
+    let mut env = vec![
+        ("LEAF_SEGMENT__STORE", "redis"),
+        ("LEAF_SEGMENT__URL", url),
+        ("LEAF_SEGMENT__REDIS__KEY_PREFIX", prefix),
+        ("LEAF_SNOWFLAKE__MODE", "redis"),
+        ("LEAF_SNOWFLAKE__IP", "127.0.0.1"),
+        ("LEAF_SNOWFLAKE__REDIS__URL", url),
+        ("LEAF_SNOWFLAKE__REDIS__KEY_PREFIX", prefix),
+    ];
+    env.extend_from_slice(extra);
+    Server::spawn(dir, free_port(), n, &env)
+}
+
+fn worker_id(s: &Server) -> u64 {
+    let id = s.get("/v1/snowflake").ids()[0];
+    let decoded = s.get(&format!("/v1/snowflake/{id}/decode")).json();
+    decoded["worker_id"].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
+    let ns = namespace().await;
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = spawn(da.path(), 1, &ns.url, &ns.prefix, &[]);
+    a.wait_for("/readyz", Duration::from_secs(60));
+    let mut b = spawn(db.path(), 2, &ns.url, &ns.prefix, &[]);
+    b.wait_for("/readyz", Duration::from_secs(60));
+
+    // Both seed the same tag (the second finds it); their batches reach past many segments of
+    // the default step and never overlap.
+    let mut seen = HashSet::new();
+    for round in 0..10 {
+        for (who, s) in [("a", &a), ("b", &b)] {
+            let r = s.get(&format!("/v1/segment/{TAG}?count=1500"));
+            if r.status == 503 {
+                // A batch that reached past a segment whose load was still in flight: retried,
+                // as a Leaf client does.
+                continue;
+            }
+            for id in r.ids() {
+                assert!(seen.insert(id), "round {round}: {who} repeated {id}");
+            }
+        }
+    }
+    assert!(seen.len() >= 15_000, "only {} ids were served", seen.len());
+
+    assert_ne!(worker_id(&a), worker_id(&b));
+    for s in [a, b] {
+        let (status, log) = s.sigterm();
+        assert!(status.success(), "{log}");
+        assert!(log.contains("worker id released"), "{log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_without_appendfsync_always_stops_start_up_unless_accepted() {
+    let weak = provision::redis_dedicated_with(&["--appendfsync", "everysec"])
+        .await
+        .unwrap_or_else(|e| panic!("no Redis for the leaf-server tests: {e}"));
+    let url = weak.endpoint().url.clone();
+    let ns = provision::redis_namespace_on(&url);
+    let dir = tempfile::tempdir().unwrap();
+    let segment_only = [("LEAF_SNOWFLAKE__ENABLED", "false")];
+
+    let mut refused = spawn(dir.path(), 1, &url, &ns.prefix, &segment_only);
+    let status = wait_exit(&mut refused.child, Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("still running on a weak Redis:\n{}", refused.log_text()));
+    let log = refused.log_text();
+    assert!(!status.success(), "{log}");
+    for needed in [
+        "appendfsync everysec",
+        "segment.redis.accept_weak_durability",
+    ] {
+        assert!(log.contains(needed), "the refusal names {needed:?}:\n{log}");
+    }
+
+    let accept = [
+        ("LEAF_SNOWFLAKE__ENABLED", "false"),
+        ("LEAF_SEGMENT__REDIS__ACCEPT_WEAK_DURABILITY", "true"),
+    ];
+    let mut accepted = spawn(dir.path(), 2, &url, &ns.prefix, &accept);
+    accepted.wait_for("/readyz", Duration::from_secs(60));
+    assert_eq!(accepted.get(&format!("/api/segment/get/{TAG}")).status, 200);
+    let (status, log) = accepted.sigterm();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("running anyway because accept_weak_durability is set"),
+        "a warning at every start:\n{log}"
+    );
+    weak.remove().await.unwrap();
+}
