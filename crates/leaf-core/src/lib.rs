@@ -5,6 +5,7 @@ pub mod cache_file;
 pub mod clock;
 mod error;
 pub mod layout;
+mod redact;
 pub mod registry;
 pub mod store;
 mod tag;
@@ -13,6 +14,7 @@ pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord, HeldCache, HeldCach
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, bounded};
 pub use error::{Error, Result};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS};
+pub use redact::redact_url;
 pub use registry::{
     AcquireRequest, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity, RegistryCapabilities,
     Renewal, WorkerIdRegistry, min_lease_ttl,

@@ -164,34 +164,9 @@ fn parse_ssl_mode(mode: &str) -> Result<MySqlSslMode> {
     })
 }
 
-/// `scheme://user:secret@host/...` with the secret replaced by `***`; also hides a
-/// `password=` query parameter.
+/// The URL with its password shown as `***` (`leaf_core::redact_url`).
 pub(crate) fn redact_url(url: &str) -> String {
-    let mut out = url.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let rest = scheme_end + 3;
-        let authority_end = out[rest..]
-            .find(['/', '?', '#'])
-            .map_or(out.len(), |i| rest + i);
-        if let Some(at) = out[rest..authority_end].rfind('@') {
-            let userinfo = &out[rest..rest + at];
-            if let Some(colon) = userinfo.find(':') {
-                out.replace_range(rest + colon + 1..rest + at, "***");
-            }
-        }
-    }
-    if let Some(q) = out.find('?') {
-        let (base, query) = out.split_at(q + 1);
-        let query: Vec<String> = query
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => kv.to_string(),
-            })
-            .collect();
-        out = format!("{base}{}", query.join("&"));
-    }
-    out
+    leaf_core::redact_url(url, "***")
 }
 
 #[cfg(test)]

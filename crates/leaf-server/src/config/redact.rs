@@ -4,34 +4,10 @@ pub(super) fn redacted(secret: &str) -> &'static str {
     if secret.is_empty() { "" } else { "<redacted>" }
 }
 
-/// `scheme://user:secret@host/..` with the secret replaced, for logs and `Debug`; a
-/// `password=` query parameter is hidden too. The user part ends at the authority's last `@`,
-/// so a password holding `@` is hidden whole.
+/// `url` with its password shown as `<redacted>`, for logs and `Debug`
+/// (`leaf_core::redact_url`).
 pub fn redact_url(url: &str) -> String {
-    const HIDDEN: &str = "<redacted>";
-    let mut out = url.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let start = scheme_end + 3;
-        let authority_end = out[start..]
-            .find(['/', '?', '#'])
-            .map_or(out.len(), |i| start + i);
-        if let Some(at) = out[start..authority_end].rfind('@')
-            && let Some(colon) = out[start..start + at].find(':')
-        {
-            out.replace_range(start + colon + 1..start + at, HIDDEN);
-        }
-    }
-    if let Some(q) = out.find('?') {
-        let query: Vec<String> = out[q + 1..]
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}={HIDDEN}"),
-                _ => kv.to_string(),
-            })
-            .collect();
-        out = format!("{}?{}", &out[..q], query.join("&"));
-    }
-    out
+    leaf_core::redact_url(url, "<redacted>")
 }
 
 #[cfg(test)]
