@@ -12,10 +12,10 @@ mod common;
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Server, free_port, http};
+use common::nodes::{self, record, take};
+use common::{Server, free_port};
 use leaf_testkit::provision::{self, ETCD, EtcdNamespace};
 
 const TAG: &str = "leaf-segment-test";
@@ -57,38 +57,6 @@ fn spawn(dir: &Path, n: u32, ns: &EtcdNamespace, name: &str, extra: &[(&str, &st
     Server::spawn(dir, free_port(), n, &env)
 }
 
-/// Snowflake IDs from one `count` request, or `None` for any non-200 answer or a refused
-/// connection.
-fn take(s: &Server, count: u32) -> Option<Vec<i64>> {
-    let r = http(s.port, "GET", &format!("/v1/snowflake?count={count}")).ok()?;
-    (r.status == 200).then(|| r.ids())
-}
-
-/// Adds `ids` to `seen`, failing on the first repeat.
-fn record(seen: &mut HashSet<i64>, ids: &[i64], who: &str) {
-    for id in ids {
-        assert!(
-            seen.insert(*id),
-            "{who} issued {id}, which was issued before"
-        );
-    }
-}
-
-fn worker_id(s: &Server) -> u64 {
-    let id = s.get("/v1/snowflake").ids()[0];
-    let decoded = s.get(&format!("/v1/snowflake/{id}/decode")).json();
-    decoded["worker_id"].as_u64().unwrap()
-}
-
-fn signal(s: &Server, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &s.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
     let ns = namespace().await;
@@ -98,29 +66,7 @@ async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
     a.wait_for("/readyz", Duration::from_secs(60));
     let mut b = spawn(db.path(), 2, &ns, &name, &[]);
     b.wait_for("/readyz", Duration::from_secs(60));
-
-    let mut seen = HashSet::new();
-    for round in 0..10 {
-        for (who, s) in [("a", &a), ("b", &b)] {
-            let r = s.get(&format!("/v1/segment/{TAG}?count=1500"));
-            if r.status == 503 {
-                // A batch that reached past a segment whose load was still in flight: retried,
-                // as a Leaf client does.
-                continue;
-            }
-            for id in r.ids() {
-                assert!(seen.insert(id), "round {round}: {who} repeated {id}");
-            }
-        }
-    }
-    assert!(seen.len() >= 15_000, "only {} ids were served", seen.len());
-
-    assert_ne!(worker_id(&a), worker_id(&b));
-    for s in [a, b] {
-        let (status, log) = s.sigterm();
-        assert!(status.success(), "{log}");
-        assert!(log.contains("worker id released"), "{log}");
-    }
+    nodes::two_servers_share_segments_with_distinct_worker_ids(a, b, TAG);
 }
 
 /// etcd stopped while a node serves: segment IDs keep coming from the buffers, snowflake stops
@@ -193,51 +139,7 @@ async fn a_frozen_node_whose_id_was_taken_issues_nothing_after_it_resumes() {
     let ns = namespace().await;
     let name = leaf_name();
     let one_id = [("LEAF_SNOWFLAKE__WORKER_BITS", "0")];
-    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut a = spawn(da.path(), 1, &ns, &name, &one_id);
-    a.wait_for("/api/snowflake/get/x", Duration::from_secs(60));
-    let mut seen = HashSet::new();
-    for _ in 0..20 {
-        record(&mut seen, &take(&a, 100).expect("a serves"), "a");
-    }
-    let before_freeze = seen.len();
-
-    signal(&a, "-STOP");
-    // b cannot claim the only id until a's lease has expired.
-    let mut b = spawn(db.path(), 2, &ns, &name, &one_id);
-    b.wait_for("/api/snowflake/get/x", Duration::from_secs(60));
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
-        record(&mut seen, &take(&b, 100).expect("b serves"), "b");
-    }
-
-    signal(&a, "-CONT");
-    let (mut a_ids, mut a_refused) = (0, 0);
-    let deadline = Instant::now() + Duration::from_secs(6);
-    while Instant::now() < deadline {
-        match take(&a, 10) {
-            Some(ids) => {
-                a_ids += ids.len();
-                record(&mut seen, &ids, "a after it resumed");
-            }
-            None => a_refused += 1,
-        }
-        if let Some(ids) = take(&b, 10) {
-            record(&mut seen, &ids, "b");
-        }
-    }
-    assert_eq!(
-        a_ids, 0,
-        "the resumed node issued IDs with worker id 0 while the other node held it"
-    );
-    assert!(a_refused > 0, "the resumed node was asked");
-    assert!(seen.len() > before_freeze, "b issued IDs");
-    let ready = a.get("/readyz");
-    assert_eq!(
-        ready.status, 503,
-        "the resumed node is not ready: {}",
-        ready.body
-    );
-    let (status, log) = b.sigterm();
-    assert!(status.success(), "{log}");
+    nodes::a_frozen_node_whose_id_was_taken_issues_nothing_after_it_resumes(|dir, n| {
+        spawn(dir, n, &ns, &name, &one_id)
+    });
 }

@@ -8,10 +8,10 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
+use common::nodes;
 use common::{Server, free_port, wait_exit};
 use leaf_testkit::provision::{self, RedisNamespace};
 
@@ -42,12 +42,6 @@ fn spawn(dir: &Path, n: u32, url: &str, prefix: &str, extra: &[(&str, &str)]) ->
     Server::spawn(dir, free_port(), n, &env)
 }
 
-fn worker_id(s: &Server) -> u64 {
-    let id = s.get("/v1/snowflake").ids()[0];
-    let decoded = s.get(&format!("/v1/snowflake/{id}/decode")).json();
-    decoded["worker_id"].as_u64().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
     let ns = namespace().await;
@@ -57,30 +51,8 @@ async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
     let mut b = spawn(db.path(), 2, &ns.url, &ns.prefix, &[]);
     b.wait_for("/readyz", Duration::from_secs(60));
 
-    // Both seed the same tag (the second finds it); their batches reach past many segments of
-    // the default step and never overlap.
-    let mut seen = HashSet::new();
-    for round in 0..10 {
-        for (who, s) in [("a", &a), ("b", &b)] {
-            let r = s.get(&format!("/v1/segment/{TAG}?count=1500"));
-            if r.status == 503 {
-                // A batch that reached past a segment whose load was still in flight: retried,
-                // as a Leaf client does.
-                continue;
-            }
-            for id in r.ids() {
-                assert!(seen.insert(id), "round {round}: {who} repeated {id}");
-            }
-        }
-    }
-    assert!(seen.len() >= 15_000, "only {} ids were served", seen.len());
-
-    assert_ne!(worker_id(&a), worker_id(&b));
-    for s in [a, b] {
-        let (status, log) = s.sigterm();
-        assert!(status.success(), "{log}");
-        assert!(log.contains("worker id released"), "{log}");
-    }
+    // Both seed the same tag (the second finds it).
+    nodes::two_servers_share_segments_with_distinct_worker_ids(a, b, TAG);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

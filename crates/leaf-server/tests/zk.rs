@@ -12,6 +12,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::nodes::worker_id;
 use common::{Server, free_port, now_ms};
 use leaf_testkit::provision::{self, ZkNamespace};
 use zookeeper_client as zk;
@@ -35,12 +36,6 @@ fn spawn(dir: &Path, n: u32, mode: &str, ns: &ZkNamespace) -> Server {
         ("LEAF_SNOWFLAKE__ZK__ROOT", ns.root.as_str()),
     ];
     Server::spawn(dir, free_port(), n, &env)
-}
-
-fn worker_id(s: &Server) -> u64 {
-    let id = s.get("/v1/snowflake").ids()[0];
-    let decoded = s.get(&format!("/v1/snowflake/{id}/decode")).json();
-    decoded["worker_id"].as_u64().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

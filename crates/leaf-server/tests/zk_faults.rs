@@ -9,10 +9,10 @@ mod common;
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Server, free_port, http, now_ms};
+use common::nodes::{self, record, take};
+use common::{Server, free_port, now_ms};
 use leaf_testkit::provision::{self, Dedicated, ZOOKEEPER, ZkNamespace};
 
 /// A short lease (above the generator's minimum of renew 1 s + margin 1 s + 1 s) and session,
@@ -32,34 +32,9 @@ fn spawn(dir: &Path, n: u32, mode: &str, ns: &ZkNamespace, extra: &[(&str, &str)
     Server::spawn(dir, free_port(), n, &env)
 }
 
-/// IDs from one `count` request, or `None` for any non-200 answer or a refused connection.
-fn take(s: &Server, count: u32) -> Option<Vec<i64>> {
-    let r = http(s.port, "GET", &format!("/v1/snowflake?count={count}")).ok()?;
-    (r.status == 200).then(|| r.ids())
-}
-
-/// Adds `ids` to `seen`, failing on the first repeat.
-fn record(seen: &mut HashSet<i64>, ids: &[i64], who: &str) {
-    for id in ids {
-        assert!(
-            seen.insert(*id),
-            "{who} issued {id}, which was issued before"
-        );
-    }
-}
-
 /// The worker id of `id` in a layout with `sequence_bits` 12 and `worker_bits` bits.
 fn worker_of(id: i64, worker_bits: u32) -> u64 {
     ((id as u64) >> 12) & ((1 << worker_bits) - 1)
-}
-
-fn signal(s: &Server, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &s.child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig}");
 }
 
 async fn dedicated() -> Dedicated {
@@ -77,54 +52,9 @@ async fn a_frozen_node_whose_id_was_recycled_issues_nothing_after_it_resumes() {
         .await
         .unwrap_or_else(|e| panic!("no ZooKeeper for the leaf-server tests: {e}"));
     let one_id = [("LEAF_SNOWFLAKE__WORKER_BITS", "0")];
-    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut a = spawn(da.path(), 1, "zk_recycle", &ns, &one_id);
-    a.wait_for("/api/snowflake/get/x", Duration::from_secs(60));
-    let mut seen = HashSet::new();
-    for _ in 0..20 {
-        record(&mut seen, &take(&a, 100).expect("a serves"), "a");
-    }
-    let before_freeze = seen.len();
-
-    signal(&a, "-STOP");
-    // b cannot claim the only id until a's lease has gone unrenewed for its ttl.
-    let mut b = spawn(db.path(), 2, "zk_recycle", &ns, &one_id);
-    b.wait_for("/api/snowflake/get/x", Duration::from_secs(60));
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline {
-        record(&mut seen, &take(&b, 100).expect("b serves"), "b");
-    }
-
-    signal(&a, "-CONT");
-    let (mut a_ids, mut a_refused) = (0, 0);
-    let deadline = Instant::now() + Duration::from_secs(6);
-    while Instant::now() < deadline {
-        match take(&a, 10) {
-            Some(ids) => {
-                a_ids += ids.len();
-                record(&mut seen, &ids, "a after it resumed");
-            }
-            None => a_refused += 1,
-        }
-        if let Some(ids) = take(&b, 10) {
-            record(&mut seen, &ids, "b");
-        }
-    }
-    assert_eq!(
-        a_ids, 0,
-        "the resumed node issued IDs with worker id 0 while the other node held it"
-    );
-    assert!(a_refused > 0, "the resumed node was asked");
-    assert!(seen.len() > before_freeze, "b issued IDs");
-    assert!(seen.iter().all(|id| worker_of(*id, 0) == 0));
-    let ready = a.get("/readyz");
-    assert_eq!(
-        ready.status, 503,
-        "the resumed node is not ready: {}",
-        ready.body
-    );
-    let (status, log) = b.sigterm();
-    assert!(status.success(), "{log}");
+    nodes::a_frozen_node_whose_id_was_taken_issues_nothing_after_it_resumes(|dir, n| {
+        spawn(dir, n, "zk_recycle", &ns, &one_id)
+    });
 }
 
 /// Two nodes per mode on a three-member ensemble; one member stops mid-run and starts again.

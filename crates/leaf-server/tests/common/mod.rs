@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+pub(crate) mod nodes;
+
 const BIN: &str = env!("CARGO_BIN_EXE_leaf-server");
 
 /// The wall clock, Unix milliseconds.
