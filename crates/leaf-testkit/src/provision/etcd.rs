@@ -9,7 +9,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::OnceCell;
 
 use super::{
-    Dedicated, Endpoint, Launch, ProvisionError, ServerKind, network_name, runtime, shared,
+    Dedicated, Endpoint, ProvisionError, ServerKind, launch_cluster, remove_members, runtime,
+    shared,
 };
 
 /// etcd: the official image (or `LEAFTEST_ETCD_IMAGE`, e.g. the local
@@ -182,38 +183,24 @@ impl fmt::Debug for EtcdCluster {
 /// Starts a three-member cluster and waits until every member serves with a leader. Always
 /// containers, even with `LEAFTEST_ETCD_URL` set: a test that stops members must own them.
 pub async fn etcd_cluster() -> Result<EtcdCluster, ProvisionError> {
-    let network = network_name();
-    let names: Vec<String> = (1..=CLUSTER_SIZE)
-        .map(|i| format!("{network}-etcd{i}"))
-        .collect();
-    let initial = initial_cluster(&names);
-    let mut members = Vec::with_capacity(CLUSTER_SIZE);
-    for name in &names {
-        let launch = Launch {
-            network: Some(network.clone()),
-            name: Some(name.clone()),
-            env: vec![
-                ("ETCD_NAME".into(), name.clone()),
-                (
-                    "ETCD_INITIAL_ADVERTISE_PEER_URLS".into(),
-                    format!("http://{name}:{PEER_PORT}"),
-                ),
-                (
-                    "ETCD_LISTEN_PEER_URLS".into(),
-                    format!("http://0.0.0.0:{PEER_PORT}"),
-                ),
-                ("ETCD_INITIAL_CLUSTER".into(), initial.clone()),
-                ("ETCD_INITIAL_CLUSTER_STATE".into(), "new".into()),
-                ("ETCD_INITIAL_CLUSTER_TOKEN".into(), network.clone()),
-            ],
-            ..Launch::default()
-        };
-        // A member cannot answer before a quorum runs: start them all, then wait.
-        members.push(Dedicated::launch(&ETCD, launch).await?);
-    }
-    for m in &members {
-        m.wait_ready().await?;
-    }
+    let members = launch_cluster(&ETCD, "etcd", CLUSTER_SIZE, |i, names, network| {
+        let name = &names[i];
+        vec![
+            ("ETCD_NAME".into(), name.clone()),
+            (
+                "ETCD_INITIAL_ADVERTISE_PEER_URLS".into(),
+                format!("http://{name}:{PEER_PORT}"),
+            ),
+            (
+                "ETCD_LISTEN_PEER_URLS".into(),
+                format!("http://0.0.0.0:{PEER_PORT}"),
+            ),
+            ("ETCD_INITIAL_CLUSTER".into(), initial_cluster(names)),
+            ("ETCD_INITIAL_CLUSTER_STATE".into(), "new".into()),
+            ("ETCD_INITIAL_CLUSTER_TOKEN".into(), network.to_string()),
+        ]
+    })
+    .await?;
     let endpoints = members.iter().map(|m| m.endpoint().url.clone()).collect();
     Ok(EtcdCluster { members, endpoints })
 }
@@ -241,10 +228,7 @@ impl EtcdCluster {
 
     /// Removes every member's container and waits until they are gone.
     pub async fn remove(self) -> Result<(), ProvisionError> {
-        for m in self.members {
-            m.remove().await?;
-        }
-        Ok(())
+        remove_members(self.members).await
     }
 }
 

@@ -567,6 +567,45 @@ async fn reap_once() {
 /// How the names of the Docker networks created here begin.
 const NETWORK_PREFIX: &str = "leaftest-net-";
 
+/// The members of a cluster of `kind` (a ZooKeeper ensemble, an etcd cluster), on a Docker
+/// network of their own: member `i` (from 0) is named `{network}-{short}{i + 1}` and gets the
+/// variables `env(i, names, network)`. All are started before any is waited for (a member
+/// cannot answer before a quorum runs), then each until it serves. Always containers, even with
+/// the kind's URL variable set: a test that stops members must own them.
+pub(crate) async fn launch_cluster(
+    kind: &'static ServerKind,
+    short: &str,
+    size: usize,
+    env: impl Fn(usize, &[String], &str) -> Vec<(String, String)>,
+) -> Result<Vec<Dedicated>, ProvisionError> {
+    let network = network_name();
+    let names: Vec<String> = (1..=size)
+        .map(|i| format!("{network}-{short}{i}"))
+        .collect();
+    let mut members = Vec::with_capacity(size);
+    for (i, name) in names.iter().enumerate() {
+        let launch = Launch {
+            host_port: None,
+            network: Some(network.clone()),
+            name: Some(name.clone()),
+            env: env(i, &names, &network),
+        };
+        members.push(Dedicated::launch(kind, launch).await?);
+    }
+    for m in &members {
+        m.wait_ready().await?;
+    }
+    Ok(members)
+}
+
+/// Removes every member's container and waits until they are gone.
+pub(crate) async fn remove_members(members: Vec<Dedicated>) -> Result<(), ProvisionError> {
+    for m in members {
+        m.remove().await?;
+    }
+    Ok(())
+}
+
 /// A name for a new Docker network of this process (`leaftest-net-PID-RANDOM`).
 pub(crate) fn network_name() -> String {
     format!(

@@ -9,7 +9,8 @@ use tokio::sync::OnceCell;
 use zookeeper_client as zk;
 
 use super::{
-    Dedicated, Endpoint, Launch, ProvisionError, ServerKind, network_name, runtime, shared,
+    Dedicated, Endpoint, ProvisionError, ServerKind, launch_cluster, remove_members, runtime,
+    shared,
 };
 
 /// ZooKeeper: the official `zookeeper` image (or `LEAFTEST_ZK_IMAGE`, e.g. the local
@@ -155,31 +156,16 @@ impl fmt::Debug for ZkEnsemble {
 /// Starts a three-member ensemble and waits until every member serves in its quorum.
 /// Always containers, even with `LEAFTEST_ZK_URL` set: a test that stops members must own them.
 pub async fn zk_ensemble() -> Result<ZkEnsemble, ProvisionError> {
-    let network = network_name();
-    let names: Vec<String> = (1..=ENSEMBLE_SIZE)
-        .map(|i| format!("{network}-zk{i}"))
-        .collect();
-    let servers = ensemble_servers(&names);
-    let mut members = Vec::with_capacity(ENSEMBLE_SIZE);
-    for (i, name) in names.iter().enumerate() {
-        let launch = Launch {
-            host_port: None,
-            network: Some(network.clone()),
-            name: Some(name.clone()),
-            env: vec![
-                ("ZOO_MY_ID".into(), (i + 1).to_string()),
-                ("ZOO_SERVERS".into(), servers.clone()),
-                // A member binds its quorum ports on every address, not only on the one its
-                // own name resolves to.
-                ("ZOO_CFG_EXTRA".into(), "quorumListenOnAllIPs=true".into()),
-            ],
-        };
-        // A member cannot answer before a quorum runs: start them all, then wait.
-        members.push(Dedicated::launch(&ZOOKEEPER, launch).await?);
-    }
-    for m in &members {
-        m.wait_ready().await?;
-    }
+    let members = launch_cluster(&ZOOKEEPER, "zk", ENSEMBLE_SIZE, |i, names, _| {
+        vec![
+            ("ZOO_MY_ID".into(), (i + 1).to_string()),
+            ("ZOO_SERVERS".into(), ensemble_servers(names)),
+            // A member binds its quorum ports on every address, not only on the one its own
+            // name resolves to.
+            ("ZOO_CFG_EXTRA".into(), "quorumListenOnAllIPs=true".into()),
+        ]
+    })
+    .await?;
     let connect = members
         .iter()
         .map(|m| m.endpoint().url.as_str())
@@ -212,10 +198,7 @@ impl ZkEnsemble {
 
     /// Removes every member's container and waits until they are gone.
     pub async fn remove(self) -> Result<(), ProvisionError> {
-        for m in self.members {
-            m.remove().await?;
-        }
-        Ok(())
+        remove_members(self.members).await
     }
 }
 
