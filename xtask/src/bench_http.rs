@@ -2,11 +2,18 @@
 //! this machine: single-ID throughput and latency with 32 connections, p99.9 at a fixed rate of
 //! half the maximum, `count=1000` batches, RSS idle and under load, and start-up to first ID.
 //!
-//! `cargo xtask bench-http --store mysql`: segment mode on SQLite and on MySQL, one after the
-//! other in one session, single IDs and `count=1000` batches each. The MySQL server is the one
-//! of `LEAFTEST_MYSQL_URL` (a URL naming an existing database), else a container of
-//! `LEAFTEST_MYSQL_IMAGE` (default `leaf-testbed/mariadb:local`, see `cargo xtask testbed`)
-//! started here on a loopback port and removed at the end.
+//! `cargo xtask bench-http --store mysql|redis|etcd`: segment mode on SQLite and on the chosen
+//! store, one after the other in one session, with one binary built with the store's feature,
+//! single IDs and `count=1000` batches each. The store's server is the one of its
+//! `LEAFTEST_*_URL`, else a container of its `LEAFTEST_*_IMAGE` (default: the image
+//! `cargo xtask testbed` builds) started here on a loopback port and removed at the end:
+//!
+//! - `mysql`: `LEAFTEST_MYSQL_URL` (a URL naming an existing database), else
+//!   `LEAFTEST_MYSQL_IMAGE`, default `leaf-testbed/mariadb:local`.
+//! - `redis`: `LEAFTEST_REDIS_URL` (`redis://host:port`, a server with `appendonly yes` and
+//!   `appendfsync always`, as the store requires), else `LEAFTEST_REDIS_IMAGE`, default
+//!   `leaf-testbed/redis:local`, started with those two settings. The server's keys go under
+//!   the prefix `leafbench` (`segment.redis.key_prefix`) and stay there.
 //!
 //! `cargo xtask bench-http --snowflake-load [--server PATH]`: the segment route at a fixed rate,
 //! alone and while two clients loop snowflake batches (`count=10000`), with the snowflake layout
@@ -45,7 +52,7 @@ struct Load {
     non_200: u64,
 }
 
-/// `bench-http [SECONDS] [--store sqlite|mysql] [--snowflake-load [--server PATH]]`.
+/// `bench-http [SECONDS] [--store sqlite|mysql|redis|etcd] [--snowflake-load [--server PATH]]`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 10;
     let mut store = "sqlite".to_string();
@@ -54,7 +61,12 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--store" => store = it.next().context("--store needs sqlite or mysql")?.clone(),
+            "--store" => {
+                store = it
+                    .next()
+                    .context("--store needs sqlite, mysql, redis or etcd")?
+                    .clone();
+            }
             "--snowflake-load" => snowflake_load = true,
             "--server" => {
                 server = Some(
@@ -82,11 +94,15 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     if server.is_some() {
         bail!("--server goes with --snowflake-load");
     }
-    match store.as_str() {
-        "sqlite" => run_default(root, seconds),
-        "mysql" => compare_stores(root, seconds),
-        other => {
-            bail!("--store {other:?}: sqlite (the default run) or mysql (SQLite beside MySQL)")
+    if store == "sqlite" {
+        return run_default(root, seconds);
+    }
+    match Store::parse(&store) {
+        Some(other) => compare_stores(root, seconds, other),
+        None => {
+            bail!(
+                "--store {store:?}: sqlite (the default run), mysql, redis or etcd (SQLite beside it)"
+            )
         }
     }
 }
@@ -188,34 +204,37 @@ fn run_default(root: &Path, seconds: u64) -> Result<()> {
     Ok(())
 }
 
-/// Segment mode on each store in turn, same binary, same load: single IDs and batches.
-fn compare_stores(root: &Path, seconds: u64) -> Result<()> {
+/// Segment mode on SQLite and then on `other`, same binary (built with `other`'s feature),
+/// same load: single IDs and batches.
+fn compare_stores(root: &Path, seconds: u64, other: Store) -> Result<()> {
+    let feature = other.spec().name;
     crate::cargo(
         root,
-        "build leaf-server with mysql",
+        &format!("build leaf-server with {feature}"),
         &[
             "build",
             "--release",
             "-p",
             "leaf-server",
             "--features",
-            "mysql",
+            feature,
         ],
     )?;
     let binary = crate::bench::target_dir(root).join("release/leaf-server");
-    let mysql = MysqlServer::provision()?;
+    let backend = StoreServer::provision(other)?;
     eprintln!(
-        "xtask: == mysql at {} ({})",
-        redact(&mysql.url),
-        mysql.origin
+        "xtask: == {feature} at {} ({})",
+        redact(&backend.url),
+        backend.origin
     );
     let mut rows = Vec::new();
-    for (store, url) in [("sqlite", None), ("mysql", Some(mysql.url.as_str()))] {
+    for (store, url) in [("sqlite", None), (feature, Some(backend.url.as_str()))] {
         let (mut cmd, dir, addr) = server_command(&binary, store)?;
         cmd.env("LEAF_SNOWFLAKE__ENABLED", "false");
         if let Some(url) = url {
-            cmd.env("LEAF_SEGMENT__STORE", "mysql")
-                .env("LEAF_SEGMENT__URL", url);
+            cmd.env("LEAF_SEGMENT__STORE", feature)
+                .env("LEAF_SEGMENT__URL", url)
+                .envs(other.server_env().iter().copied());
         }
         let (mut server, first_id) = Server::start(
             &mut cmd,
@@ -233,7 +252,7 @@ fn compare_stores(root: &Path, seconds: u64) -> Result<()> {
         std::fs::remove_dir_all(&dir).ok();
         rows.push((store, single, batch, loads, first_id));
     }
-    drop(mysql);
+    drop(backend);
 
     println!();
     println!(
@@ -354,96 +373,277 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// A store that segment mode can run on beside the embedded SQLite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Store {
+    Mysql,
+    Redis,
+    Etcd,
+}
+
+/// What the benchmark needs to know of a store's server.
+struct Spec {
+    /// The cargo feature that builds the store into `leaf-server`, its `segment.store` value
+    /// and its name in the table.
+    name: &'static str,
+    /// The variable naming a running server, as `leaf-testkit`'s provisioning reads it.
+    url_var: &'static str,
+    /// The variable naming the image of the container, and its default (the image
+    /// `cargo xtask testbed` builds).
+    image_var: &'static str,
+    default_image: &'static str,
+    /// The server's port in the container.
+    port: u16,
+}
+
+impl Store {
+    const ALL: [Store; 3] = [Store::Mysql, Store::Redis, Store::Etcd];
+
+    fn parse(name: &str) -> Option<Store> {
+        Store::ALL.into_iter().find(|s| s.spec().name == name)
+    }
+
+    fn spec(self) -> &'static Spec {
+        match self {
+            Store::Mysql => &Spec {
+                name: "mysql",
+                url_var: "LEAFTEST_MYSQL_URL",
+                image_var: "LEAFTEST_MYSQL_IMAGE",
+                default_image: "leaf-testbed/mariadb:local",
+                port: 3306,
+            },
+            Store::Redis => &Spec {
+                name: "redis",
+                url_var: "LEAFTEST_REDIS_URL",
+                image_var: "LEAFTEST_REDIS_IMAGE",
+                default_image: "leaf-testbed/redis:local",
+                port: 6379,
+            },
+            Store::Etcd => &Spec {
+                name: "etcd",
+                url_var: "LEAFTEST_ETCD_URL",
+                image_var: "LEAFTEST_ETCD_IMAGE",
+                default_image: "leaf-testbed/etcd:local",
+                port: 2379,
+            },
+        }
+    }
+
+    /// `docker run` options before the image, and the container's arguments after it.
+    fn container_args(self) -> (Vec<String>, Vec<String>) {
+        match self {
+            Store::Mysql => (
+                vec![
+                    "-e".into(),
+                    format!("MARIADB_ROOT_PASSWORD={BENCH_PASSWORD}"),
+                ],
+                vec![],
+            ),
+            // Every write fsynced before its answer, as the store's durability guard requires;
+            // both the official and the testbed image pass these to `redis-server`.
+            Store::Redis => (
+                vec![],
+                ["--appendonly", "yes", "--appendfsync", "always"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            // Clients on every address of the container, advertised as the published loopback
+            // port is reached (the testbed image's defaults, spelled out for the official one).
+            Store::Etcd => (
+                [
+                    "-e",
+                    "ETCD_LISTEN_CLIENT_URLS=http://0.0.0.0:2379",
+                    "-e",
+                    "ETCD_ADVERTISE_CLIENT_URLS=http://127.0.0.1:2379",
+                ]
+                .map(String::from)
+                .to_vec(),
+                vec![],
+            ),
+        }
+    }
+
+    /// Checks a URL given by the store's [`Spec::url_var`].
+    fn check_url(self, url: &str) -> Result<()> {
+        match self {
+            Store::Mysql => {
+                let path = url
+                    .split_once("://")
+                    .and_then(|(_, rest)| rest.split_once('/'))
+                    .map(|(_, p)| p.split('?').next().unwrap_or(""))
+                    .unwrap_or("");
+                if path.is_empty() {
+                    bail!(
+                        "LEAFTEST_MYSQL_URL must name an existing database for the benchmark \
+                         (mysql://user:pass@host:3306/leafbench)"
+                    );
+                }
+            }
+            Store::Redis => {
+                if !url.starts_with("redis://") {
+                    bail!("LEAFTEST_REDIS_URL must be a redis:// URL (redis://127.0.0.1:6379)");
+                }
+            }
+            Store::Etcd => {
+                if !url.starts_with("http://") {
+                    bail!("LEAFTEST_ETCD_URL must be an http:// URL (http://127.0.0.1:2379)");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the server in container `id`, published on loopback `port`, serves; gives
+    /// the store's URL.
+    fn ready(self, id: &str, port: &str) -> Result<String> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let ok = match self {
+                // The database is made with the image's own client, which also tells when the
+                // server accepts connections over TCP (the image's initialisation runs without
+                // networking).
+                Store::Mysql => Command::new("docker")
+                    .args(["exec", id, "mariadb", "-h127.0.0.1", "-uroot"])
+                    .arg(format!("-p{BENCH_PASSWORD}"))
+                    .arg("-e")
+                    .arg(format!("CREATE DATABASE IF NOT EXISTS {BENCH_DATABASE}"))
+                    .output()
+                    .is_ok_and(|o| o.status.success()),
+                // `+PONG` once the server has loaded its data (`-LOADING` before).
+                Store::Redis => redis_ping(port).is_ok(),
+                // `{"health":"true"}` once the member has a leader.
+                Store::Etcd => etcd_health(port).is_ok(),
+            };
+            if ok {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{} was not ready within 120 s", self.spec().name);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        Ok(match self {
+            Store::Mysql => {
+                format!("mysql://root:{BENCH_PASSWORD}@127.0.0.1:{port}/{BENCH_DATABASE}")
+            }
+            Store::Redis => format!("redis://127.0.0.1:{port}"),
+            Store::Etcd => format!("http://127.0.0.1:{port}"),
+        })
+    }
+
+    /// The server's settings beyond `segment.store` and `segment.url`.
+    fn server_env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Store::Mysql => &[],
+            // Keys of their own on a server named by `LEAFTEST_REDIS_URL`.
+            Store::Redis => &[("LEAF_SEGMENT__REDIS__KEY_PREFIX", BENCH_KEY_PREFIX)],
+            // The etcd store keeps a leaf name's tags under `/{name}/`.
+            Store::Etcd => &[("LEAF_NAME", BENCH_KEY_PREFIX)],
+        }
+    }
+}
+
 const BENCH_PASSWORD: &str = "leafbench";
 const BENCH_DATABASE: &str = "leaf";
+const BENCH_KEY_PREFIX: &str = "leafbench";
 
-/// The MySQL server of the benchmark: named by `LEAFTEST_MYSQL_URL`, or a container of ours
-/// (removed when dropped).
-struct MysqlServer {
+/// `PING` over a fresh connection to the loopback `port`: `+PONG` back or an error.
+fn redis_ping(port: &str) -> Result<()> {
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(b"PING\r\n")?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf)?;
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    if !answer.starts_with("+PONG") {
+        bail!("PING: {}", answer.trim());
+    }
+    Ok(())
+}
+
+/// `GET /health` over a fresh connection to the loopback `port`: etcd's `"health":"true"` or an
+/// error.
+fn etcd_health(port: &str) -> Result<()> {
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    if !answer.contains("\"health\":\"true\"") {
+        bail!("/health: {}", answer.lines().last().unwrap_or("").trim());
+    }
+    Ok(())
+}
+
+/// The server of a store for the benchmark: named by the store's `LEAFTEST_*_URL`, or a
+/// container of ours on a loopback port (removed when dropped).
+struct StoreServer {
     url: String,
     origin: String,
     container: Option<String>,
 }
 
-impl MysqlServer {
-    fn provision() -> Result<MysqlServer> {
-        if let Ok(url) = std::env::var("LEAFTEST_MYSQL_URL")
+impl StoreServer {
+    fn provision(store: Store) -> Result<StoreServer> {
+        let spec = store.spec();
+        let url_var = spec.url_var;
+        if let Ok(url) = std::env::var(url_var)
             && !url.trim().is_empty()
         {
-            let path = url
-                .split_once("://")
-                .and_then(|(_, rest)| rest.split_once('/'))
-                .map(|(_, p)| p.split('?').next().unwrap_or(""))
-                .unwrap_or("");
-            if path.is_empty() {
-                bail!(
-                    "LEAFTEST_MYSQL_URL must name an existing database for the benchmark \
-                     (mysql://user:pass@host:3306/leafbench)"
-                );
-            }
-            return Ok(MysqlServer {
+            store.check_url(&url)?;
+            return Ok(StoreServer {
                 url,
-                origin: "LEAFTEST_MYSQL_URL".into(),
+                origin: url_var.into(),
                 container: None,
             });
         }
-        let image = std::env::var("LEAFTEST_MYSQL_IMAGE")
+        let image_var = spec.image_var;
+        let image = std::env::var(image_var)
             .ok()
             .filter(|i| !i.trim().is_empty())
-            .unwrap_or_else(|| "leaf-testbed/mariadb:local".into());
+            .unwrap_or_else(|| spec.default_image.into());
+        let (options, args) = store.container_args();
         let out = Command::new("docker")
-            .args(["run", "-d", "--rm", "-p", "127.0.0.1::3306", "-e"])
-            .arg(format!("MARIADB_ROOT_PASSWORD={BENCH_PASSWORD}"))
+            .args(["run", "-d", "--rm", "-p"])
+            .arg(format!("127.0.0.1::{}", spec.port))
+            .args(options)
             .args(["--label", "org.leaf-rs.bench=1"])
             .arg(&image)
+            .args(args)
             .output()
-            .context("cannot run docker (or set LEAFTEST_MYSQL_URL)")?;
+            .with_context(|| format!("cannot run docker (or set {url_var})"))?;
         if !out.status.success() {
             bail!(
-                "docker run {image} failed: {}\n(build it with `cargo xtask testbed mysql`, or \
-                 set LEAFTEST_MYSQL_IMAGE or LEAFTEST_MYSQL_URL)",
-                String::from_utf8_lossy(&out.stderr).trim()
+                "docker run {image} failed: {}\n(build it with `cargo xtask testbed {}`, or \
+                 set {image_var} or {url_var})",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                spec.name,
             );
         }
         let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
         // From here on, dropping the value removes the container.
-        let mut server = MysqlServer {
+        let mut server = StoreServer {
             url: String::new(),
             origin: format!("container {} of {image}", &id[..id.len().min(12)]),
             container: Some(id.clone()),
         };
         let out = Command::new("docker")
-            .args(["port", &id, "3306/tcp"])
+            .args(["port", &id, &format!("{}/tcp", spec.port)])
             .output()?;
         let port = String::from_utf8_lossy(&out.stdout)
             .lines()
             .find_map(|l| l.trim().rsplit_once(':').map(|(_, p)| p.to_string()))
             .context("docker port gave no published port")?;
-        // The database is made with the image's own client, which also tells when the server
-        // accepts connections over TCP (the image's initialisation runs without networking).
-        let create = format!("CREATE DATABASE IF NOT EXISTS {BENCH_DATABASE}");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let ok = Command::new("docker")
-                .args(["exec", &id, "mariadb", "-h127.0.0.1", "-uroot"])
-                .arg(format!("-p{BENCH_PASSWORD}"))
-                .args(["-e", &create])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if ok {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("mariadb in {} was not ready within 120 s", server.origin);
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        server.url = format!("mysql://root:{BENCH_PASSWORD}@127.0.0.1:{port}/{BENCH_DATABASE}");
+        server.url = store
+            .ready(&id, &port)
+            .with_context(|| format!("in {}", server.origin))?;
         Ok(server)
     }
 }
 
-impl Drop for MysqlServer {
+impl Drop for StoreServer {
     fn drop(&mut self) {
         if let Some(id) = self.container.take() {
             let _ = Command::new("docker")
@@ -601,4 +801,35 @@ fn rss_kib(pid: u32) -> Result<u64> {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .context("no VmRSS")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_by_name() {
+        for store in Store::ALL {
+            assert_eq!(Store::parse(store.spec().name), Some(store));
+        }
+        assert_eq!(Store::parse("redis"), Some(Store::Redis));
+        assert_eq!(Store::parse("sqlite"), None);
+    }
+
+    #[test]
+    fn urls_of_running_servers() {
+        assert!(Store::Mysql.check_url("mysql://u:p@h:3306/leaf").is_ok());
+        assert!(Store::Mysql.check_url("mysql://u:p@h:3306").is_err());
+        assert!(Store::Redis.check_url("redis://127.0.0.1:6379").is_ok());
+        assert!(Store::Redis.check_url("mysql://h:3306/x").is_err());
+        assert!(Store::Etcd.check_url("http://127.0.0.1:2379").is_ok());
+        assert!(Store::Etcd.check_url("https://127.0.0.1:2379").is_err());
+    }
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(redact("mysql://root:pw@h:1/db"), "mysql://root:***@h:1/db");
+        assert_eq!(redact("redis://:pw@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+    }
 }

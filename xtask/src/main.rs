@@ -20,12 +20,12 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test
   bench [--quick] run the criterion benchmarks and print the summary table
-  bench-http [SECONDS] [--store mysql] [--snowflake-load [--server PATH]]
+  bench-http [SECONDS] [--store mysql|redis|etcd] [--snowflake-load [--server PATH]]
                   the release leaf-server under oha: req/s, latency, batches, RSS, start-up;
-                  with --store mysql: segment mode on SQLite beside MySQL;
+                  with --store mysql|redis|etcd: segment mode on SQLite beside that store;
                   with --snowflake-load: segment latency alone and under snowflake batches
   conformance [--backend NAME]
-                  run the backend crates' tests on provisioned servers (sqlite, local, mysql, zk)
+                  run the backend crates' tests on provisioned servers (sqlite, local, mysql, zk, etcd, redis)
   testbed [--force] [BACKEND...]
                   build the servers' test images locally from Debian packages (needs root)";
 

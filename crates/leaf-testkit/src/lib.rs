@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod fixture;
 mod macros;
 pub mod memory;
