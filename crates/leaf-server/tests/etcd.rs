@@ -10,11 +10,10 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::nodes::{self, record, take};
+use common::nodes;
 use common::{Server, free_port};
 use leaf_testkit::provision::{self, ETCD, EtcdNamespace};
 
@@ -80,52 +79,7 @@ async fn etcd_stopped_while_serving_segments_serve_and_snowflake_fences_then_res
     let dir = tempfile::tempdir().unwrap();
     let mut s = spawn(dir.path(), 1, &ns, &leaf_name(), &[]);
     s.wait_for("/readyz", Duration::from_secs(60));
-    let mut snowflakes = HashSet::new();
-    let mut segments = HashSet::new();
-    record(&mut snowflakes, &take(&s, 100).expect("serves"), "before");
-    // A step of 2000 (the seed tag's): a handful of IDs leaves the rest of two buffers.
-    for id in s.get(&format!("/v1/segment/{TAG}?count=10")).ids() {
-        assert!(segments.insert(id));
-    }
-
-    etcd.stop(Duration::from_secs(5)).await.unwrap();
-    let stopped = Instant::now();
-    let mut fenced_after = None;
-    while stopped.elapsed() < Duration::from_secs(8) {
-        let r = s.get(&format!("/api/segment/get/{TAG}"));
-        assert_eq!(r.status, 200, "segment serves from its buffers: {}", r.body);
-        assert!(segments.insert(r.body.trim().parse().unwrap()));
-        match take(&s, 10) {
-            Some(ids) => record(&mut snowflakes, &ids, "while etcd was down"),
-            None => {
-                let r = s.get("/v1/snowflake");
-                assert_eq!(r.status, 503, "{}", r.body);
-                assert_eq!(r.json()["code"], -4, "{}", r.body);
-                fenced_after.get_or_insert(stopped.elapsed());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let fenced_after = fenced_after.expect("snowflake stopped while etcd was down");
-    assert!(
-        fenced_after <= Duration::from_millis(4000),
-        "fenced within the lease's TTL, after {fenced_after:?}"
-    );
-
-    etcd.start().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(ids) = take(&s, 100) {
-            record(&mut snowflakes, &ids, "after etcd came back");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "snowflake did not resume:\n{}",
-            s.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    nodes::backend_stopped_while_serving(&s, &etcd, TAG, Duration::from_millis(4000)).await;
     let (status, log) = s.sigterm();
     assert!(status.success(), "{log}");
     etcd.remove().await.unwrap();

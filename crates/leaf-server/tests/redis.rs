@@ -1,8 +1,11 @@
 //! The server with `segment.store = "redis"` and `snowflake.mode = "redis"` on a real Redis
 //! (`leaf_testkit::provision`: the server of `LEAFTEST_REDIS_URL`, else a container of
 //! `LEAFTEST_REDIS_IMAGE`), each test under a key prefix of its own: two processes share the
-//! tag's segments and take distinct worker ids; a Redis without `appendfsync always` stops
-//! start-up naming the key that would accept it, and that key lets the server run.
+//! tag's segments and take distinct worker ids; Redis stopped while serving (segments serve from
+//! the buffers, snowflake fences at its lease and resumes); a node frozen past its lease while
+//! another takes its worker id issues nothing with it after it resumes; a Redis without
+//! `appendfsync always` stops start-up naming the key that would accept it, and that key lets
+//! the server run.
 
 #![cfg(feature = "redis")]
 
@@ -16,6 +19,9 @@ use common::{Server, free_port, wait_exit};
 use leaf_testkit::provision::{self, RedisNamespace};
 
 const TAG: &str = "leaf-segment-test";
+
+/// A short lease: above the generator's minimum (renew 1 s + margin 1 s + 1 s).
+const TTL_MS: &str = "4000";
 
 async fn namespace() -> RedisNamespace {
     provision::redis_namespace().await.unwrap_or_else(|e| {
@@ -37,6 +43,7 @@ fn spawn(dir: &Path, n: u32, url: &str, prefix: &str, extra: &[(&str, &str)]) ->
         ("LEAF_SNOWFLAKE__IP", "127.0.0.1"),
         ("LEAF_SNOWFLAKE__REDIS__URL", url),
         ("LEAF_SNOWFLAKE__REDIS__KEY_PREFIX", prefix),
+        ("LEAF_SNOWFLAKE__REDIS__LEASE_TTL_MS", TTL_MS),
     ];
     env.extend_from_slice(extra);
     Server::spawn(dir, free_port(), n, &env)
@@ -53,6 +60,35 @@ async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
 
     // Both seed the same tag (the second finds it).
     nodes::two_servers_share_segments_with_distinct_worker_ids(a, b, TAG);
+}
+
+/// Redis stopped while a node serves: segment IDs keep coming from the buffers, snowflake
+/// stops within its lease (503, code -4) and comes back once Redis does, and nothing repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_while_serving_segments_serve_and_snowflake_fences_then_resumes() {
+    let redis = provision::redis_dedicated()
+        .await
+        .unwrap_or_else(|e| panic!("no Redis container for the fault tests: {e}"));
+    let ns = provision::redis_namespace_on(&redis.endpoint().url);
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = spawn(dir.path(), 1, &ns.url, &ns.prefix, &[]);
+    s.wait_for("/readyz", Duration::from_secs(60));
+    nodes::backend_stopped_while_serving(&s, &redis, TAG, Duration::from_millis(4000)).await;
+    let (status, log) = s.sigterm();
+    assert!(status.success(), "{log}");
+    redis.remove().await.unwrap();
+}
+
+/// A node frozen (SIGSTOP) past its lease while a second node takes its worker id (a pool of
+/// one id: `worker_bits = 0`), then resumed (SIGCONT): the resumed node issues not one ID while
+/// the other holds the id, and no ID repeats across both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_whose_id_was_taken_issues_nothing_after_it_resumes() {
+    let ns = namespace().await;
+    let one_id = [("LEAF_SNOWFLAKE__WORKER_BITS", "0")];
+    nodes::a_frozen_node_whose_id_was_taken_issues_nothing_after_it_resumes(|dir, n| {
+        spawn(dir, n, &ns.url, &ns.prefix, &one_id)
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

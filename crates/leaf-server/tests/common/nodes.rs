@@ -1,6 +1,7 @@
 //! Scenarios and checks shared by the tests of the binary on shared backends (ZooKeeper, etcd,
-//! Redis): IDs collected and checked for repeats, signals, two servers sharing one store, and a
-//! node frozen past its lease while another takes its worker id.
+//! Redis): IDs collected and checked for repeats, signals, two servers sharing one store, the
+//! backend stopped while a node serves, and a node frozen past its lease while another takes
+//! its worker id.
 
 #![allow(
     dead_code,
@@ -11,6 +12,8 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use leaf_testkit::provision::Dedicated;
 
 use super::{Server, http};
 
@@ -127,4 +130,67 @@ pub(crate) fn a_frozen_node_whose_id_was_taken_issues_nothing_after_it_resumes(
     );
     let (status, log) = b.sigterm();
     assert!(status.success(), "{log}");
+}
+
+/// The backend of a running node `s` (store and recycling workerId mode on one server) stopped
+/// while it serves: segment IDs of `tag` keep coming from the buffers, snowflake stops within
+/// the lease's `ttl` (503, code -4), and serves again once the backend is back. Nothing repeats.
+pub(crate) async fn backend_stopped_while_serving(
+    s: &Server,
+    backend: &Dedicated,
+    tag: &str,
+    ttl: Duration,
+) {
+    let mut snowflakes = HashSet::new();
+    let mut segments = HashSet::new();
+    record(&mut snowflakes, &take(s, 100).expect("serves"), "before");
+    // The seed tag's step of 2000: a handful of IDs leaves the rest of two buffers.
+    record(
+        &mut segments,
+        &s.get(&format!("/v1/segment/{tag}?count=10")).ids(),
+        "segment before",
+    );
+
+    backend.stop(Duration::from_secs(5)).await.unwrap();
+    let stopped = Instant::now();
+    let mut fenced_after = None;
+    while stopped.elapsed() < ttl * 2 {
+        let r = s.get(&format!("/api/segment/get/{tag}"));
+        assert_eq!(r.status, 200, "segment serves from its buffers: {}", r.body);
+        record(
+            &mut segments,
+            &[r.body.trim().parse().unwrap()],
+            "segment while the backend was down",
+        );
+        match take(s, 10) {
+            Some(ids) => record(&mut snowflakes, &ids, "while the backend was down"),
+            None => {
+                let r = s.get("/v1/snowflake");
+                assert_eq!(r.status, 503, "{}", r.body);
+                assert_eq!(r.json()["code"], -4, "{}", r.body);
+                fenced_after.get_or_insert(stopped.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let fenced_after = fenced_after.expect("snowflake stopped while the backend was down");
+    assert!(
+        fenced_after <= ttl,
+        "fenced within the lease's TTL, after {fenced_after:?}"
+    );
+
+    backend.start().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(ids) = take(s, 100) {
+            record(&mut snowflakes, &ids, "after the backend came back");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "snowflake did not resume:\n{}",
+            s.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
