@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use common::{RegFix, StoreFix, config_of, namespace_on, now_ms, request};
 use leaf_core::{Error, NewTag, Renewal, SegmentStore, Tag, WorkerIdRegistry};
 use leaf_registry_redis::{RedisConfig, RedisRegistry, RedisStore};
-use leaf_testkit::provision::{Dedicated, kill_server, redis_dedicated, redis_dedicated_with};
+use leaf_testkit::provision::{
+    Dedicated, kill_server, redis_dedicated, redis_dedicated_with, redis_with_replica,
+};
 
 async fn dedicated() -> Dedicated {
     match redis_dedicated().await {
@@ -378,4 +380,65 @@ async fn writes_not_acknowledged_by_the_replicas_are_unavailable() {
         .release(&lease, now_ms())
         .await
         .expect("release");
+}
+
+/// With a real replica, `WAIT 1` is acknowledged: allocations and claims succeed, and what the
+/// primary answered is on the replica when the answer arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_acknowledged_by_a_replica_are_on_it() {
+    let (primary, replica) = redis_with_replica()
+        .await
+        .unwrap_or_else(|e| panic!("no Redis primary and replica for the test: {e}"));
+    let url = primary.endpoint().url.clone();
+    // The replica syncs after it starts: wait until a write is acknowledged by it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(redis::Value::Int(1)) = admin(&url, &["WAIT", "1", "200"]).await {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never synced");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ns = namespace_on(&url);
+    let config = RedisConfig {
+        wait_replicas: 1,
+        wait_timeout_ms: 2000,
+        ..config_of(&ns)
+    };
+    let store = RedisStore::connect(&config).await.expect("connect");
+    let t = new_tag(&store, "replicated", 10).await;
+    for _ in 0..5 {
+        let seg = store
+            .allocate(&t, None)
+            .await
+            .expect("an acknowledged allocation");
+        let key = format!("{}:tag:{t}", ns.prefix);
+        let on_replica = admin(&replica.endpoint().url, &["HGET", &key, "max_id"])
+            .await
+            .expect("HGET on the replica");
+        let max_id: i64 = match on_replica {
+            redis::Value::BulkString(b) => String::from_utf8(b).unwrap().parse().unwrap(),
+            other => panic!("max_id on the replica: {other:?}"),
+        };
+        assert_eq!(
+            max_id,
+            seg.range().end,
+            "the replica holds the segment's end"
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let registry = RedisRegistry::new(&config, dir.path().to_path_buf(), "leaf").unwrap();
+    let lease = registry
+        .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.5", 1), 0))
+        .await
+        .expect("an acknowledged claim");
+    let renewed = registry
+        .renew(&lease, now_ms() + 3000)
+        .await
+        .expect("an acknowledged renewal");
+    assert!(renewed.is_ok(), "{renewed:?}");
+    registry.release(&lease, now_ms()).await.expect("release");
+    replica.remove().await.unwrap();
+    primary.remove().await.unwrap();
 }

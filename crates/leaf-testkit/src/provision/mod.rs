@@ -51,7 +51,7 @@ pub use etcd::{ETCD, EtcdCluster, EtcdNamespace, etcd_cluster, etcd_namespace, e
 pub use mysql::{MYSQL, MysqlDatabase, mysql_database, mysql_database_on, with_database};
 pub use redis::{
     DURABLE_ARGS, REDIS, RedisNamespace, kill_server, redis_dedicated, redis_dedicated_with,
-    redis_namespace, redis_namespace_on, redis_shared,
+    redis_namespace, redis_namespace_on, redis_shared, redis_with_replica,
 };
 pub use zookeeper::{
     ZOOKEEPER, ZkEnsemble, ZkNamespace, zk_ensemble, zk_namespace, zk_namespace_on,

@@ -12,7 +12,8 @@ use tokio::sync::OnceCell;
 
 use super::{
     Dedicated, Endpoint, Launch, PROBE_TIMEOUT, ProvisionError, ServerKind, URL_PROBE_TIMEOUT,
-    free_port, image_of, launch_container_cmd, on_runtime, probe_until_ready, runtime,
+    free_port, image_of, launch_container_cmd, network_name, on_runtime, probe_until_ready,
+    runtime,
 };
 
 /// Redis: the official `redis` image (or `LEAFTEST_REDIS_IMAGE`, e.g. the local
@@ -161,6 +162,56 @@ pub async fn redis_dedicated_with(args: &[&str]) -> Result<Dedicated, ProvisionE
             ))
         })?;
     Ok(d)
+}
+
+/// A primary and its replica (`--replicaof`), both started with [`DURABLE_ARGS`], on a Docker
+/// network of their own, each published on a loopback port: for `WAIT` acknowledged by a real
+/// replica. The replica may still be syncing when this returns (`WAIT 1` tells when it is not).
+pub async fn redis_with_replica() -> Result<(Dedicated, Dedicated), ProvisionError> {
+    let network = network_name();
+    let primary_name = format!("{network}-redis1");
+    let mut members = Vec::with_capacity(2);
+    for (name, extra) in [
+        (primary_name.clone(), vec![]),
+        (
+            format!("{network}-redis2"),
+            vec![
+                "--replicaof".to_string(),
+                primary_name.clone(),
+                PORT.to_string(),
+            ],
+        ),
+    ] {
+        let cmd: Vec<String> = DURABLE_ARGS
+            .iter()
+            .map(|a| a.to_string())
+            .chain(extra)
+            .collect();
+        let launch = Launch {
+            host_port: Some(free_port()?),
+            network: Some(network.clone()),
+            name: Some(name),
+            env: Vec::new(),
+        };
+        let (container, endpoint) = on_runtime(launch_container_cmd(&REDIS, launch, cmd)).await?;
+        let d = Dedicated {
+            kind: &REDIS,
+            endpoint,
+            container: Some(container),
+        };
+        probe_until_ready(&REDIS, &d.endpoint, PROBE_TIMEOUT)
+            .await
+            .map_err(|e| {
+                ProvisionError(format!(
+                    "redis in {} does not answer: {e}",
+                    image_of(&REDIS)
+                ))
+            })?;
+        members.push(d);
+    }
+    let replica = members.pop().expect("two members");
+    let primary = members.pop().expect("two members");
+    Ok((primary, replica))
 }
 
 /// Kills the server of `d` with SIGKILL (no shutdown, no final fsync); `start` brings it back.
