@@ -33,9 +33,6 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use testcontainers::bollard::models::{HostConfig, PortBinding};
-use testcontainers::bollard::query_parameters::{
-    ListContainersOptions, ListNetworksOptions, RemoveContainerOptions,
-};
 use testcontainers::core::wait::WaitFor;
 use testcontainers::core::{ContainerPort, IntoContainerPort};
 use testcontainers::runners::AsyncRunner;
@@ -44,11 +41,13 @@ use tokio::sync::OnceCell;
 
 mod etcd;
 mod mysql;
+mod reap;
 mod redis;
 mod zookeeper;
 
 pub use etcd::{ETCD, EtcdCluster, EtcdNamespace, etcd_cluster, etcd_namespace, etcd_namespace_on};
 pub use mysql::{MYSQL, MysqlDatabase, mysql_database, mysql_database_on, with_database};
+use reap::{network_name, reap_once};
 pub use redis::{
     DURABLE_ARGS, REDIS, RedisNamespace, kill_server, redis_dedicated, redis_dedicated_with,
     redis_namespace, redis_namespace_on, redis_shared, redis_with_replica,
@@ -502,71 +501,6 @@ async fn probe_until_ready(
     }
 }
 
-/// Removes, once per process, the containers of this host's test processes that have ended.
-async fn reap_once() {
-    static REAPED: OnceCell<()> = OnceCell::const_new();
-    REAPED
-        .get_or_init(|| async {
-            let Ok(docker) = testcontainers::core::client::docker_client_instance().await else {
-                return;
-            };
-            let filters = HashMap::from([("label".to_string(), vec![LABEL_PID.to_string()])]);
-            let Ok(list) = docker
-                .list_containers(Some(ListContainersOptions {
-                    all: true,
-                    filters: Some(filters),
-                    ..Default::default()
-                }))
-                .await
-            else {
-                return;
-            };
-            let host = hostname();
-            for c in list {
-                let labels = c.labels.unwrap_or_default();
-                let owner_gone = labels.get(LABEL_HOST) == Some(&host)
-                    && labels
-                        .get(LABEL_PID)
-                        .is_some_and(|pid| !std::path::Path::new("/proc").join(pid).exists());
-                if let (true, Some(id)) = (owner_gone, c.id) {
-                    let _ = docker
-                        .remove_container(
-                            &id,
-                            Some(RemoveContainerOptions {
-                                force: true,
-                                v: true,
-                                ..Default::default()
-                            }),
-                        )
-                        .await;
-                }
-            }
-            // The networks of ensembles whose process has ended (testcontainers removes one
-            // with its last container, unless the process died first). Docker refuses to
-            // remove a network that a container still uses.
-            let filters = HashMap::from([("name".to_string(), vec![NETWORK_PREFIX.to_string()])]);
-            let Ok(networks) = docker
-                .list_networks(Some(ListNetworksOptions {
-                    filters: Some(filters),
-                }))
-                .await
-            else {
-                return;
-            };
-            for name in networks.into_iter().filter_map(|n| n.name) {
-                if network_pid(&name).is_some_and(|pid| {
-                    !std::path::Path::new("/proc").join(pid.to_string()).exists()
-                }) {
-                    let _ = docker.remove_network(&name).await;
-                }
-            }
-        })
-        .await;
-}
-
-/// How the names of the Docker networks created here begin.
-const NETWORK_PREFIX: &str = "leaftest-net-";
-
 /// The members of a cluster of `kind` (a ZooKeeper ensemble, an etcd cluster), on a Docker
 /// network of their own: member `i` (from 0) is named `{network}-{short}{i + 1}` and gets the
 /// variables `env(i, names, network)`. All are started before any is waited for (a member
@@ -606,24 +540,6 @@ pub(crate) async fn remove_members(members: Vec<Dedicated>) -> Result<(), Provis
     Ok(())
 }
 
-/// A name for a new Docker network of this process (`leaftest-net-PID-RANDOM`).
-pub(crate) fn network_name() -> String {
-    format!(
-        "{NETWORK_PREFIX}{}-{:08x}",
-        std::process::id(),
-        fastrand::u32(..)
-    )
-}
-
-/// The process id in a network name made by [`network_name`].
-fn network_pid(name: &str) -> Option<u32> {
-    name.strip_prefix(NETWORK_PREFIX)?
-        .split('-')
-        .next()?
-        .parse()
-        .ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -649,14 +565,6 @@ mod tests {
             "registry:5000/x/mariadb",
             "10.11",
         );
-    }
-
-    #[test]
-    fn network_names_carry_the_process_id() {
-        let name = network_name();
-        assert_eq!(network_pid(&name), Some(std::process::id()), "{name}");
-        assert_eq!(network_pid("leaftest-net-x-1"), None);
-        assert_eq!(network_pid("bridge"), None);
     }
 
     #[test]
