@@ -201,14 +201,23 @@ impl Connection {
         self.call_within(self.config.timeout(), what, f).await
     }
 
-    /// As [`call`](Self::call), for a write: bounded by `timeout_ms` plus `wait_timeout_ms`
-    /// when replicas are awaited.
-    pub(crate) async fn write<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    /// As [`call`](Self::call), for a write: `f`'s answer, and whether `wait_replicas` replicas
+    /// acknowledged the write (`WAIT` on the same connection right after it; always `true` with
+    /// no replicas configured). Bounded by `timeout_ms` plus `wait_timeout_ms`.
+    pub(crate) async fn write<T, F, Fut>(&self, what: &str, f: F) -> Result<(T, bool)>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        self.call_within(self.config.write_timeout(), what, f).await
+        let config = &self.config;
+        self.call_within(config.write_timeout(), what, |conn| async move {
+            // A clone shares the connection, so `WAIT` counts the replicas of `f`'s write.
+            let mut same = conn.clone();
+            let answer = f(conn).await?;
+            let replicated = Self::wait_replicas(config, &mut same).await?;
+            Ok((answer, replicated))
+        })
+        .await
     }
 
     async fn call_within<T, F, Fut>(
@@ -240,7 +249,7 @@ impl Connection {
 
     /// After a write on `conn`: `WAIT` for `wait_replicas` replicas (nothing when 0).
     /// `Ok(false)` if fewer acknowledged it within `wait_timeout_ms`.
-    pub(crate) async fn wait_replicas(
+    async fn wait_replicas(
         config: &RedisConfig,
         conn: &mut MultiplexedConnection,
     ) -> redis::RedisResult<bool> {

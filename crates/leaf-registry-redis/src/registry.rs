@@ -172,7 +172,6 @@ impl RedisRegistry {
         id: u64,
         args: Vec<String>,
     ) -> Result<(i64, bool)> {
-        let config = self.conn.config().clone();
         let (wk, mk) = (self.worker_key(id), self.mark_key(id));
         self.conn
             .write(what, |mut c| async move {
@@ -182,8 +181,7 @@ impl RedisRegistry {
                     inv.arg(a);
                 }
                 let n: i64 = inv.invoke_async(&mut c).await?;
-                let replicated = Connection::wait_replicas(&config, &mut c).await?;
-                Ok((n, replicated))
+                Ok(n)
             })
             .await
     }
@@ -228,7 +226,6 @@ impl WorkerIdRegistry for RedisRegistry {
         let token = new_token();
         let max = req.max_worker_id.min(MAX_POOL_ID);
         let limit = req.now_ms.saturating_add(req.max_ahead_ms);
-        let config = self.conn.config().clone();
         let script = &self.claim;
         let args = [
             self.prefix.clone(),
@@ -245,8 +242,7 @@ impl WorkerIdRegistry for RedisRegistry {
                     inv.arg(a);
                 }
                 let answer: (i64, i64, u64) = inv.invoke_async(&mut c).await?;
-                let replicated = Connection::wait_replicas(&config, &mut c).await?;
-                Ok((answer, replicated))
+                Ok(answer)
             })
             .await?;
         let (claimed, id, mark) = answer;

@@ -134,16 +134,15 @@ impl RedisStore {
         format!("{}:tag:{tag}", self.conn.config().key_prefix)
     }
 
-    /// Runs `script` on the tag's hash as a write (followed by `WAIT` when replicas are
-    /// configured).
-    async fn run(
+    /// Runs `script` on the tag's hash as a write; `Unavailable` when fewer than
+    /// `wait_replicas` replicas acknowledged it.
+    async fn run<T: redis::FromRedisValue>(
         &self,
         what: &str,
         script: &Script,
         key: String,
         args: Vec<String>,
-    ) -> Result<Answer> {
-        let config = self.conn.config().clone();
+    ) -> Result<T> {
         let (answer, replicated) = self
             .conn
             .write(what, |mut c: MultiplexedConnection| async move {
@@ -151,9 +150,7 @@ impl RedisStore {
                 for a in &args {
                     inv.arg(a);
                 }
-                let answer: Answer = inv.invoke_async(&mut c).await?;
-                let replicated = Connection::wait_replicas(&config, &mut c).await?;
-                Ok((answer, replicated))
+                inv.invoke_async(&mut c).await
             })
             .await?;
         if !replicated {
@@ -393,7 +390,6 @@ impl SegmentStore for RedisStore {
         new.validate()?;
         let key = self.tag_key(&new.tag);
         let tags_key = self.tags_key();
-        let config = self.conn.config().clone();
         let script = &self.create;
         let args = [
             new.tag.to_string(),
@@ -411,8 +407,7 @@ impl SegmentStore for RedisStore {
                     inv.arg(a);
                 }
                 let created: i64 = inv.invoke_async(&mut c).await?;
-                let replicated = Connection::wait_replicas(&config, &mut c).await?;
-                Ok((created, replicated))
+                Ok(created)
             })
             .await?;
         if created == 0 {
@@ -440,41 +435,12 @@ impl SegmentStore for RedisStore {
             update.description.clone().unwrap_or_default(),
         ];
         let answer = self
-            .run_int("the update", &self.update, self.tag_key(tag), args)
+            .run::<i64>("the update", &self.update, self.tag_key(tag), args)
             .await?;
         if answer == 0 {
             return Err(not_found(tag));
         }
         self.fetch(tag).await?.ok_or_else(|| not_found(tag))
-    }
-}
-
-impl RedisStore {
-    /// As [`run`](Self::run), for a script answering an integer.
-    async fn run_int(
-        &self,
-        what: &str,
-        script: &Script,
-        key: String,
-        args: Vec<String>,
-    ) -> Result<i64> {
-        let config = self.conn.config().clone();
-        let (answer, replicated) = self
-            .conn
-            .write(what, |mut c| async move {
-                let mut inv = script.key(key);
-                for a in &args {
-                    inv.arg(a);
-                }
-                let answer: i64 = inv.invoke_async(&mut c).await?;
-                let replicated = Connection::wait_replicas(&config, &mut c).await?;
-                Ok((answer, replicated))
-            })
-            .await?;
-        if !replicated {
-            return Err(not_replicated());
-        }
-        Ok(answer)
     }
 }
 
