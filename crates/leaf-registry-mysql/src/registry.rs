@@ -124,7 +124,7 @@ impl MysqlRegistry {
             .connect()
             .await
             .map_err(|e| map_sqlx_at_start(e, "the identity lock", KEY))?;
-        if !get_lock(&mut conn, &name).await? {
+        if !get_lock(&mut conn, &name, START_LOCK_WAIT_S).await? {
             return Err(Error::AlreadyExists(format!(
                 "node identity {identity} is in use by another live process (mysql lock \
                  {name:?}); two processes with one ip:port would issue the same ids: give each \
@@ -253,10 +253,17 @@ fn lock_name(database: &str, identity: &NodeIdentity) -> String {
     format!("leaf_workerid:{hash:016x}")
 }
 
-/// `GET_LOCK(name, 0)`: whether this session got (or already had) the lock.
-async fn get_lock(conn: &mut MySqlConnection, name: &str) -> Result<bool> {
-    let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+/// How long a start waits for the identity lock: a crashed predecessor's session (and its
+/// lock) ends when the server notices the closed connection, which may be a moment after the
+/// crash, so an immediate restart waits for it rather than refusing.
+const START_LOCK_WAIT_S: u32 = 2;
+
+/// `GET_LOCK(name, wait_s)`: whether this session got (or already had) the lock within
+/// `wait_s` seconds.
+async fn get_lock(conn: &mut MySqlConnection, name: &str, wait_s: u32) -> Result<bool> {
+    let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
         .bind(name)
+        .bind(wait_s)
         .fetch_one(&mut *conn)
         .await
         .map_err(|e| map_sqlx(e, "the identity lock", KEY))?;
@@ -279,7 +286,8 @@ async fn renew_on_server(
             .connect()
             .await
             .map_err(|e| map_sqlx(e, "the identity lock", KEY))?;
-        if !get_lock(&mut conn, &lock.name).await? {
+        // A renewal never waits: another session holding the lock means the lease is lost.
+        if !get_lock(&mut conn, &lock.name, 0).await? {
             return Ok(false);
         }
         tracing::info!(lock = %lock.name, "mysql identity lock taken again after a reconnect");
