@@ -168,6 +168,8 @@ struct Held {
     file: Option<AsyncCacheFile>,
     /// The claim that may write the file.
     holder: Option<(u64, LeaseToken)>,
+    /// The highest mark a renewal of the holder wrote: later renewals never write less.
+    renewed: u64,
 }
 
 impl HeldCache {
@@ -197,7 +199,7 @@ impl HeldCache {
     /// the file stays held, so the release can be tried again.
     pub async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<bool> {
         let mut held = self.lock().await;
-        if !held.write_mark(lease, final_mark_ms).await? {
+        if !held.write_final_mark(lease, final_mark_ms).await? {
             return Ok(false);
         }
         held.close();
@@ -256,15 +258,40 @@ impl HeldCacheGuard<'_> {
     pub fn hold(&mut self, lease: &Lease, file: AsyncCacheFile) {
         self.0.file = Some(file);
         self.0.holder = Some((lease.worker_id, lease.token));
+        self.0.renewed = 0;
     }
 
     fn holds(&self, lease: &Lease) -> bool {
         self.0.holder == Some((lease.worker_id, lease.token)) && self.0.file.is_some()
     }
 
-    /// Writes `{worker_id, mark_ms}` if `lease` holds the file; `false`, with nothing written,
-    /// if it does not.
-    pub async fn write_mark(&self, lease: &Lease, mark_ms: u64) -> Result<bool> {
+    /// The mark a renewal of `lease` records: `mark_ms`, or the highest mark an earlier
+    /// renewal of the same claim wrote if that is higher. Marks only rise: a late or repeated
+    /// renewal with a lower mark never lowers what is stored, here or in a registry that writes
+    /// this value first. Only the release's final mark may be lower.
+    pub fn renewal_mark(&self, lease: &Lease, mark_ms: u64) -> u64 {
+        if self.holds(lease) {
+            mark_ms.max(self.0.renewed)
+        } else {
+            mark_ms
+        }
+    }
+
+    /// A renewal's write: `{worker_id, renewal_mark(mark_ms)}` if `lease` holds the file;
+    /// `false`, with nothing written, if it does not.
+    pub async fn write_mark(&mut self, lease: &Lease, mark_ms: u64) -> Result<bool> {
+        let mark_ms = self.renewal_mark(lease, mark_ms);
+        if !self.write_final_mark(lease, mark_ms).await? {
+            return Ok(false);
+        }
+        self.0.renewed = mark_ms;
+        Ok(true)
+    }
+
+    /// The release's write: `{worker_id, mark_ms}` as it is (the last timestamp issued, below
+    /// the renewed marks), if `lease` holds the file; `false`, with nothing written, if it
+    /// does not.
+    pub async fn write_final_mark(&self, lease: &Lease, mark_ms: u64) -> Result<bool> {
         if !self.holds(lease) {
             return Ok(false);
         }
@@ -575,6 +602,32 @@ mod tests {
             }),
             "the final mark stays, even below the last renewal's"
         );
+    }
+
+    #[tokio::test]
+    async fn renewals_never_lower_the_mark_and_a_new_claim_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = HeldCache::new();
+        let file = AsyncCacheFile::open(dir.path(), "worker").await.unwrap();
+        held.lock().await.hold(&lease(3), file.clone());
+        let read = || async { file.read().await.unwrap().unwrap().mark_ms };
+        assert_eq!(held.renew(&lease(3), 50).await.unwrap(), Renewal::OK);
+        assert_eq!(held.lock().await.renewal_mark(&lease(3), 40), 50);
+        assert_eq!(held.renew(&lease(3), 40).await.unwrap(), Renewal::OK);
+        assert_eq!(read().await, 50, "a lower renewal kept the higher mark");
+        assert_eq!(held.renew(&lease(3), 60).await.unwrap(), Renewal::OK);
+        assert_eq!(read().await, 60);
+        let mut g = held.lock().await;
+        assert_eq!(
+            g.renewal_mark(&lease(9), 10),
+            10,
+            "not the holder: as asked"
+        );
+        assert!(g.write_final_mark(&lease(3), 55).await.unwrap());
+        assert_eq!(read().await, 55, "the final mark may be lower");
+        g.hold(&lease(4), file.clone());
+        assert!(g.write_mark(&lease(4), 20).await.unwrap());
+        assert_eq!(read().await, 20, "a new claim starts from its own marks");
     }
 
     #[tokio::test]

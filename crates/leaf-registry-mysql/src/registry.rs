@@ -442,7 +442,7 @@ impl WorkerIdRegistry for MysqlRegistry {
         let worker_id = lease.worker_id;
         // Held until the server has the final mark: no renewal slips in between.
         let mut held = self.held.lock().await;
-        if !held.write_mark(lease, final_mark_ms).await? {
+        if !held.write_final_mark(lease, final_mark_ms).await? {
             tracing::debug!(worker_id, "release of a lease not held");
             return Ok(());
         }

@@ -28,6 +28,14 @@ pub struct ZkConfig {
     /// The peer clock check: snowflake mode stays off when this node's clock is further than
     /// this from the average of its peers', in milliseconds. Default `5000`.
     pub max_peer_skew_ms: u64,
+    /// `zk_normal`: stop issuing when ZooKeeper has not confirmed this node's live lock for the
+    /// session timeout minus the generator's fencing margin, and resume once the session (or a
+    /// new one holding the lock) is confirmed. Each renewal then confirms the lock and writes
+    /// the mark to the `forever` node before it counts. Off (Leaf's behaviour), a node keeps
+    /// serving through a ZooKeeper outage, and a partition longer than the session timeout lets
+    /// a second process of the same identity take the worker id while this one still issues.
+    /// Default `false`.
+    pub fence_on_disconnect: bool,
 }
 
 impl Default for ZkConfig {
@@ -38,6 +46,7 @@ impl Default for ZkConfig {
             recycle_idle_timeout_ms: 10_000,
             root: "/snowflake".into(),
             max_peer_skew_ms: 5000,
+            fence_on_disconnect: false,
         }
     }
 }
@@ -112,6 +121,7 @@ mod tests {
         assert_eq!(c.recycle_idle_timeout_ms, 10_000);
         assert_eq!(c.root, "/snowflake");
         assert_eq!(c.max_peer_skew_ms, 5000);
+        assert!(!c.fence_on_disconnect);
         c.validate().unwrap();
     }
 

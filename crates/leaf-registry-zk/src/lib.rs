@@ -9,4 +9,7 @@ mod registry;
 mod session;
 
 pub use config::ZkConfig;
+#[cfg(feature = "_test-hooks")]
+#[doc(hidden)]
+pub use registry::ReadClaim;
 pub use registry::{ZkMode, ZkRegistry};

@@ -4,11 +4,13 @@
 //! them at any time, and the recycler that returns a silent owner's id judges silence by its own
 //! monotonic clock only.
 //!
-//! `epoch/{id}` fences claims: every claim bumps its version in the claim's multi-op, and every
-//! later write for that claim (renewal, release, recycling) checks it. A node version alone
+//! `epoch/{id}` fences claims: every claim bumps its version in the claim's multi-op, from the
+//! version read before `notuse/{id}`, and every later write for that claim (renewal, release,
+//! recycling) checks it. A node version alone
 //! cannot tell two claims apart (each new `inuse` node starts at version 0), so without it a
 //! paused owner, or a recycler that read the node just before it was recycled and claimed again,
-//! could write over the next claim.
+//! could write over the next claim, and a claimer that read `notuse/{id}` before another claim
+//! and give-back of the id could commit with the mark it read, below the other owner's.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -142,10 +144,109 @@ pub(crate) struct Claimed {
     pub(crate) carried_mark: Option<u64>,
 }
 
-/// Claims a free id `<= max` for `owner`: reads `notuse/{id}` (after `sync`), then in one
-/// multi-op deletes it at the version read and creates `inuse/{id}` with the owner, the TTL and
-/// the carried mark. A concurrent claimer makes the multi-op fail and the next id is tried. Ids
-/// whose mark is more than `max_ahead_ms` ahead of `now_ms` are left in the pool.
+/// A free id as a claimer read it: `epoch/{id}` at `epoch`, then `notuse/{id}` at `version`
+/// with `mark`.
+#[derive(Debug, Clone)]
+pub(crate) struct Candidate {
+    pub(crate) id: u64,
+    epoch: i32,
+    version: i32,
+    pub(crate) mark: u64,
+}
+
+/// Reads `epoch/{id}` (creating it if missing), then `notuse/{id}`; `None` if the id is not
+/// free. The epoch comes first: a claim and give-back after it, which re-creates `notuse/{id}`
+/// at the same version with another mark, bumps it, so the commit fails.
+pub(crate) async fn read_free(
+    client: &zk::Client,
+    pool: &Pool,
+    id: u64,
+) -> Result<Option<Candidate>> {
+    let epoch_path = pool.epoch_of(id);
+    let mut epoch = None;
+    for _ in 0..2 {
+        match client.check_stat(&epoch_path).await {
+            Ok(Some(stat)) => {
+                epoch = Some(stat.version);
+                break;
+            }
+            Ok(None) => create_epoch(client, pool, id).await?,
+            Err(e) => return Err(map_zk(e, &epoch_path)),
+        }
+    }
+    // Deleted again between its creation and the read: only by hand; try another id.
+    let Some(epoch) = epoch else { return Ok(None) };
+    let path = pool.notuse_of(id);
+    let (data, stat) = match client.get_data(&path).await {
+        Ok(d) => d,
+        Err(zk::Error::NoNode) => return Ok(None),
+        Err(e) => return Err(map_zk(e, &path)),
+    };
+    Ok(Some(Candidate {
+        id,
+        epoch,
+        version: stat.version,
+        mark: node::parse_notuse(&data, &path)?.mark,
+    }))
+}
+
+/// Claims `candidate` for `owner` in one multi-op: deletes `notuse/{id}` at the version read,
+/// bumps `epoch/{id}` from the version read before it, and creates `inuse/{id}` with the owner,
+/// the TTL and the carried mark. `None` if the id changed since it was read (claimed, or
+/// claimed and given back with another mark).
+pub(crate) async fn commit_claim(
+    client: &zk::Client,
+    pool: &Pool,
+    candidate: &Candidate,
+    owner: &str,
+    ttl: Duration,
+) -> Result<Option<Claimed>> {
+    let (id, mark) = (candidate.id, candidate.mark);
+    let (path, inuse) = (pool.notuse_of(id), pool.inuse_of(id));
+    let data = node::to_json(&InUse {
+        owner: owner.to_owned(),
+        ttl_ms: ttl.as_millis() as u64,
+        mark,
+    });
+    let mut w = client.new_multi_writer();
+    w.add_delete(&path, Some(candidate.version))
+        .and_then(|()| w.add_set_data(&pool.epoch_of(id), &[], Some(candidate.epoch)))
+        .and_then(|()| w.add_create(&inuse, &data, &persistent()))
+        .map_err(|e| map_zk(e, &inuse))?;
+    match w.commit().await {
+        Ok(results) => {
+            let mut results = results.into_iter().skip(1);
+            let epoch = match results.next() {
+                Some(zk::MultiWriteResult::SetData { stat }) => stat.version,
+                _ => return Err(unexpected(&inuse)),
+            };
+            let stat = match results.next() {
+                Some(zk::MultiWriteResult::Create { stat, .. }) if !stat.is_invalid() => stat,
+                // Some servers answer a multi's create without its stat: read it.
+                _ => {
+                    client
+                        .get_data(&inuse)
+                        .await
+                        .map_err(|e| map_zk(e, &inuse))?
+                        .1
+                }
+            };
+            Ok(Some(Claimed {
+                id,
+                stat,
+                epoch,
+                carried_mark: (mark > 0).then_some(mark),
+            }))
+        }
+        Err(MultiWriteError::OperationFailed { .. }) => Ok(None),
+        Err(MultiWriteError::RequestFailed { source }) => Err(map_zk(source, &inuse)),
+    }
+}
+
+/// Claims a free id `<= max` for `owner`: reads it with [`read_free`] (after `sync`), then
+/// commits the claim with [`commit_claim`]. A concurrent claimer makes the multi-op fail and the next
+/// id is tried. Ids whose mark is more than `max_ahead_ms` ahead of `now_ms` are left in the
+/// pool.
 pub(crate) async fn claim(
     client: &zk::Client,
     pool: &Pool,
@@ -168,72 +269,24 @@ pub(crate) async fn claim(
     fastrand::shuffle(&mut free);
     let mut too_far_ahead = None;
     for id in free {
-        let path = pool.notuse_of(id);
-        let (data, stat) = match client.get_data(&path).await {
-            Ok(d) => d,
-            Err(zk::Error::NoNode) => continue,
-            Err(e) => return Err(map_zk(e, &path)),
-        };
-        let mark = node::parse_notuse(&data, &path)?.mark;
-        if mark > now_ms.saturating_add(max_ahead_ms) {
-            tracing::warn!(
-                worker_id = id,
-                mark_ms = mark,
-                now_ms,
-                "a free worker id's mark is far ahead of this clock; claiming another"
-            );
-            too_far_ahead = Some((id, mark));
-            continue;
-        }
-        let inuse = pool.inuse_of(id);
-        let data = node::to_json(&InUse {
-            owner: owner.to_owned(),
-            ttl_ms: ttl.as_millis() as u64,
-            mark,
-        });
-        // Twice at most: the first time `epoch/{id}` may not exist yet.
-        for _ in 0..2 {
-            let mut w = client.new_multi_writer();
-            w.add_delete(&path, Some(stat.version))
-                .and_then(|()| w.add_set_data(&pool.epoch_of(id), &[], None))
-                .and_then(|()| w.add_create(&inuse, &data, &persistent()))
-                .map_err(|e| map_zk(e, &inuse))?;
-            match w.commit().await {
-                Ok(results) => {
-                    let mut results = results.into_iter().skip(1);
-                    let epoch = match results.next() {
-                        Some(zk::MultiWriteResult::SetData { stat }) => stat.version,
-                        _ => return Err(unexpected(&inuse)),
-                    };
-                    let stat = match results.next() {
-                        Some(zk::MultiWriteResult::Create { stat, .. }) if !stat.is_invalid() => {
-                            stat
-                        }
-                        // Some servers answer a multi's create without its stat: read it.
-                        _ => {
-                            client
-                                .get_data(&inuse)
-                                .await
-                                .map_err(|e| map_zk(e, &inuse))?
-                                .1
-                        }
-                    };
-                    return Ok(Claimed {
-                        id,
-                        stat,
-                        epoch,
-                        carried_mark: (mark > 0).then_some(mark),
-                    });
-                }
-                Err(MultiWriteError::OperationFailed {
-                    index: 1,
-                    source: zk::Error::NoNode,
-                }) => create_epoch(client, pool, id).await?,
-                // Claimed by someone else since it was read.
-                Err(MultiWriteError::OperationFailed { .. }) => break,
-                Err(MultiWriteError::RequestFailed { source }) => {
-                    return Err(map_zk(source, &inuse));
-                }
+        // A failed commit reads the id again: it may have been claimed and given back since.
+        for _ in 0..3 {
+            let Some(candidate) = read_free(client, pool, id).await? else {
+                break;
+            };
+            let mark = candidate.mark;
+            if mark > now_ms.saturating_add(max_ahead_ms) {
+                tracing::warn!(
+                    worker_id = id,
+                    mark_ms = mark,
+                    now_ms,
+                    "a free worker id's mark is far ahead of this clock; claiming another"
+                );
+                too_far_ahead = Some((id, mark));
+                break;
+            }
+            if let Some(claimed) = commit_claim(client, pool, &candidate, owner, ttl).await? {
+                return Ok(claimed);
             }
         }
     }

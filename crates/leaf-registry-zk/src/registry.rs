@@ -92,6 +92,9 @@ struct ForeverWrite {
     /// `(path, version)` of the node; `None` after a start from the cache file, until the
     /// node is found again.
     node: Option<(String, i32)>,
+    /// The highest mark this process tried to write: a node holding more was written by
+    /// another process of the identity.
+    highest: u64,
 }
 
 #[derive(Debug)]
@@ -105,6 +108,20 @@ struct RecycleHeld {
     ttl: Duration,
     /// The claimer's identity, kept in the node by every renewal.
     owner: String,
+}
+
+/// Test hook: a `zk_recycle` claim read but not committed; see [`ZkRegistry::read_claim`].
+#[cfg(feature = "_test-hooks")]
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ReadClaim(recycle::Candidate);
+
+#[cfg(feature = "_test-hooks")]
+impl ReadClaim {
+    /// The mark the id carried when it was read.
+    pub fn mark(&self) -> u64 {
+        self.0.mark
+    }
 }
 
 impl fmt::Debug for ZkRegistry {
@@ -198,6 +215,33 @@ impl ZkRegistry {
         self.session.end().await
     }
 
+    /// Test hook: the first half of a `zk_recycle` claim of worker id `id` in a pool of
+    /// `0..=max` (seeded first): what the claimer reads before its multi-op, which
+    /// [`commit_read_claim`](Self::commit_read_claim) then commits, as a claimer that stalled in
+    /// between would.
+    #[cfg(feature = "_test-hooks")]
+    #[doc(hidden)]
+    pub async fn read_claim(&self, id: u64, max: u64) -> Result<Option<ReadClaim>> {
+        let client = self.session.client().await?;
+        let pool = Pool::new(&self.base);
+        recycle::seed(&client, &pool, max).await?;
+        Ok(recycle::read_free(&client, &pool, id).await?.map(ReadClaim))
+    }
+
+    /// Test hook: commits a claim read by [`read_claim`](Self::read_claim) for `owner`;
+    /// `Some(carried mark)` if it committed (the `inuse` node is then left to the recycler),
+    /// `None` if the id changed since it was read.
+    #[cfg(feature = "_test-hooks")]
+    #[doc(hidden)]
+    pub async fn commit_read_claim(&self, read: ReadClaim, owner: &str) -> Result<Option<u64>> {
+        let client = self.session.client().await?;
+        let pool = Pool::new(&self.base);
+        let claimed =
+            recycle::commit_claim(&client, &pool, &read.0, owner, self.config.recycle_ttl())
+                .await?;
+        Ok(claimed.map(|c| c.carried_mark.unwrap_or(0)))
+    }
+
     fn temporary_dir(&self) -> String {
         format!("{}/temporary", self.base)
     }
@@ -289,12 +333,27 @@ impl WorkerIdRegistry for ZkRegistry {
         if n.token != lease.token || n.worker_id != lease.worker_id {
             return Ok(Renewal::LeaseLost);
         }
+        let mark_ms = self.held.lock().await.renewal_mark(lease, mark_ms);
         if n.forever.lost.load(Ordering::Acquire) || self.session.lost().is_some() {
             tracing::error!(
                 worker_id = n.worker_id,
                 "another live process took this identity"
             );
             return Ok(Renewal::LeaseLost);
+        }
+        if self.config.fence_on_disconnect {
+            let forever = n.forever.clone();
+            let Some(ttl) = self.confirm_forever(&forever, mark_ms).await? else {
+                tracing::error!(
+                    worker_id = n.worker_id,
+                    "zk_normal lease lost: the identity's lock or node is another process's"
+                );
+                return Ok(Renewal::LeaseLost);
+            };
+            if !self.held.lock().await.write_mark(lease, mark_ms).await? {
+                return Ok(Renewal::LeaseLost);
+            }
+            return Ok(Renewal::Ok { ttl: Some(ttl) });
         }
         if !self.held.lock().await.write_mark(lease, mark_ms).await? {
             return Ok(Renewal::LeaseLost);
@@ -316,7 +375,7 @@ impl WorkerIdRegistry for ZkRegistry {
         }
         let forever = n.forever.clone();
         let mut held = self.held.lock().await;
-        if !held.write_mark(lease, final_mark_ms).await? {
+        if !held.write_final_mark(lease, final_mark_ms).await? {
             return Ok(());
         }
         {

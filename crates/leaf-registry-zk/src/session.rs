@@ -57,6 +57,16 @@ impl Session {
         self.timeout
     }
 
+    /// How long the server may keep this node's session after it last heard from it: the
+    /// timeout it granted (never taken above the configured one), the configured one before
+    /// any session.
+    pub(crate) async fn granted_timeout(&self) -> Duration {
+        match self.client.lock().await.as_ref() {
+            Some(c) => c.session_timeout().min(self.timeout),
+            None => self.timeout,
+        }
+    }
+
     /// A client of a live session, connecting (or reconnecting after an expiry) if needed.
     pub(crate) async fn client(&self) -> Result<zk::Client> {
         let mut slot = self.client.lock().await;

@@ -327,6 +327,49 @@ async fn a_stale_owner_never_writes_over_the_next_claim_of_its_id_at_the_same_ve
     assert!(new.renew(&claimed, now_ms() + 3000).await.unwrap().is_ok());
 }
 
+/// Issue 13, item 1: C reads the free `notuse/0` (no mark) and stalls; meanwhile D claims 0,
+/// issues, and gives it back with a mark a minute ahead, which re-creates `notuse/0` at version
+/// 0. C's multi-op must fail (else C starts below D's timestamps with D's worker id), and C's
+/// retried claim carries D's mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_read_before_a_claim_and_give_back_cannot_commit_the_stale_mark() {
+    let fix = ZkFix::new(ZkMode::Recycle).await;
+    let c = fix.registry();
+    let read = c
+        .read_claim(0, 0)
+        .await
+        .unwrap()
+        .expect("worker id 0 is free");
+    assert_eq!(read.mark(), 0, "a fresh pool carries no mark");
+
+    let d = fix.registry();
+    let lease = d
+        .acquire(&request(NodeIdentity::new("10.0.0.6", 2), 0))
+        .await
+        .unwrap();
+    assert_eq!(lease.worker_id, 0);
+    let m2 = now_ms() + 60_000;
+    assert!(d.renew(&lease, m2).await.unwrap().is_ok());
+    d.release(&lease, m2).await.unwrap();
+
+    let committed = c.commit_read_claim(read, "10.0.0.6:1").await.unwrap();
+    assert_eq!(
+        committed, None,
+        "a claim read before another claim and give-back of the id committed with the stale \
+         mark {committed:?} (the id now carries {m2})"
+    );
+    let retried = c
+        .acquire(&request(NodeIdentity::new("10.0.0.6", 1), 0).with_max_ahead_ms(120_000))
+        .await
+        .unwrap();
+    assert_eq!(retried.worker_id, 0);
+    assert_eq!(
+        retried.prev_mark_ms,
+        Some(m2),
+        "the retried claim carries D's mark"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_owners_id_comes_back_when_no_other_node_runs() {
     let fix = short_ttl_pool().await;

@@ -492,6 +492,7 @@ pub fn zk_config(section: &crate::config::ZkSection) -> leaf_registry_zk::ZkConf
         recycle_idle_timeout_ms: section.recycle_idle_timeout_ms,
         root: section.root.clone(),
         max_peer_skew_ms: section.max_peer_skew_ms,
+        fence_on_disconnect: section.fence_on_disconnect,
     }
 }
 
@@ -505,6 +506,7 @@ fn zk_registry(config: &Config, mode: leaf_registry_zk::ZkMode) -> Result<Regist
         "recycle_idle_timeout_ms",
         "root",
         "max_peer_skew_ms",
+        "fence_on_disconnect",
     ];
     let key = |e| key_leading_field(e, "snowflake.zk", FIELDS);
     let zk = zk_config(&config.snowflake.zk);
@@ -681,6 +683,7 @@ mod tests {
         c.snowflake.zk.recycle_idle_timeout_ms = 20_000;
         c.snowflake.zk.root = "/leaf".into();
         c.snowflake.zk.max_peer_skew_ms = 800;
+        c.snowflake.zk.fence_on_disconnect = true;
         let z = zk_config(&c.snowflake.zk);
         assert_eq!(
             z,
@@ -690,6 +693,7 @@ mod tests {
                 recycle_idle_timeout_ms: 20_000,
                 root: "/leaf".into(),
                 max_peer_skew_ms: 800,
+                fence_on_disconnect: true,
             }
         );
         c.snowflake.mode = SnowflakeMode::ZkNormal;

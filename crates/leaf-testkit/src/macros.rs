@@ -109,6 +109,7 @@ macro_rules! registry_conformance {
                 release_then_reacquire,
                 renew_after_release_is_lease_lost,
                 acquire_after_abandon_on_the_same_instance,
+                a_late_lower_mark_never_lowers_the_stored_one,
             );
             $( $crate::__registry_capability!($cap = $val; $fixture); )+
 

@@ -178,6 +178,51 @@ pub async fn renewed_mark_survives_a_crash(fixture: &dyn RegistryFixture) {
     );
 }
 
+/// Marks only rise: a renewal with a mark below an earlier renewal's (a late or repeated
+/// write) never lowers the stored mark. After a crash (no release), the next claimer of the id
+/// (the restarted node, or in recycling modes a new node once the lease expired) reads the
+/// high mark, not the later low one.
+pub async fn a_late_lower_mark_never_lowers_the_stored_one(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    let recycles = node.capabilities().recycles;
+    let max = single_id_max(&*node);
+    let lease = acquire(&*node, fixture.identity(1), max).await;
+    let high = now_ms() + 60_000;
+    let low = high - 50_000;
+    renew(&*node, &lease, high).await;
+    let r = node
+        .renew(&lease, low)
+        .await
+        .expect("renew with a lower mark");
+    assert!(r.is_ok(), "a renewal with a lower mark: {r:?}");
+    // `max_ahead_ms` above `high`: the id must come back, carrying whatever mark is stored.
+    let req = |i| request(fixture.identity(i), max).with_max_ahead_ms(120_000);
+    let (next, again) = if recycles {
+        node.abandon(&lease).await;
+        fixture.let_expire(lease.ttl.expect("ttl")).await;
+        let next = fixture.node().await;
+        let again = next
+            .acquire(&req(2))
+            .await
+            .expect("acquire after the expiry");
+        (next, again)
+    } else {
+        let next = fixture.restarted(node).await;
+        let again = next
+            .acquire(&req(1))
+            .await
+            .expect("acquire after the restart");
+        (next, again)
+    };
+    assert_eq!(again.worker_id, lease.worker_id, "the same id comes back");
+    assert!(
+        again.prev_mark_ms >= Some(high),
+        "mark {high} was renewed, then {low}: the next claimer read {:?}",
+        again.prev_mark_ms
+    );
+    next.release(&again, now_ms()).await.expect("release");
+}
+
 /// (`recycles = false`) An identity whose id is above the request's `max_worker_id` is refused
 /// with `Config`.
 pub async fn id_beyond_the_layout_is_config(fixture: &dyn RegistryFixture) {

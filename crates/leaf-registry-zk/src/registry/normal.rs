@@ -41,6 +41,56 @@ impl ZkRegistry {
         format!("{}/forever", self.base)
     }
 
+    /// `fence_on_disconnect`: the lease's TTL, the session timeout the server granted (or the
+    /// configured one before any session); `Config` if the caller could not renew within it.
+    pub(super) async fn fence_ttl(&self, req: &AcquireRequest) -> Result<Duration> {
+        let ttl = self.session.granted_timeout().await;
+        if ttl <= req.min_ttl() {
+            return Err(Error::Config(format!(
+                "session_timeout_ms {} (granted {} ms) must be above {} ms with \
+                 fence_on_disconnect, the generator's renew period plus fencing margin plus \
+                 latency allowance",
+                self.config.session_timeout_ms,
+                ttl.as_millis(),
+                req.min_ttl().as_millis()
+            )));
+        }
+        Ok(ttl)
+    }
+
+    /// `fence_on_disconnect`: a renewal counts once zookeeper confirmed, after the caller's
+    /// instant, that this node's session holds the identity's live lock, and the mark is in
+    /// the `forever` node (a quorum write). The granted session timeout, `None` if the lease
+    /// is lost (another process took the identity, or the lease was released).
+    pub(super) async fn confirm_forever(
+        &self,
+        forever: &Forever,
+        mark_ms: u64,
+    ) -> Result<Option<Duration>> {
+        let mut w = forever.write.lock().await;
+        if w.released {
+            return Ok(None);
+        }
+        let data = node::forever_data(&forever.identity, self.clock.now_ms());
+        bounded(self.session.limit(), "the lease renewal", async {
+            // Re-creates the lock in a new session if the last one expired and nobody took it.
+            let claim = self
+                .session
+                .keep_ephemeral(&forever.lock_path, &data, true)
+                .await?;
+            if claim == Claim::HeldByOther {
+                forever.lost.store(true, Ordering::Release);
+                return Ok(None);
+            }
+            write_forever(&self.session, forever, &mut w, mark_ms).await?;
+            if forever.lost.load(Ordering::Acquire) || w.node.is_none() {
+                return Ok(None);
+            }
+            Ok(Some(self.session.granted_timeout().await))
+        })
+        .await
+    }
+
     /// Takes the identity's live lock (an ephemeral node), waiting up to a session timeout for
     /// a crashed predecessor's to go; `AlreadyExists` naming the identity if a live process
     /// keeps it.
@@ -127,6 +177,7 @@ impl ZkRegistry {
                 write: Mutex::new(ForeverWrite {
                     released: false,
                     node,
+                    highest: 0,
                 }),
                 in_flight: AtomicBool::new(false),
                 confirmed: self.confirmed.clone(),
@@ -139,7 +190,11 @@ impl ZkRegistry {
             // time check still applies. Once ZooKeeper answers, the background mark write takes
             // the live lock and finds the node again.
             Err(e) if e.is_retryable() => {
-                let lease = start_from_cache(held, cache, cached, req, "zk_normal", &e).await?;
+                let mut lease = start_from_cache(held, cache, cached, req, "zk_normal", &e).await?;
+                if self.config.fence_on_disconnect {
+                    // Nothing is issued until zookeeper confirms the lock.
+                    lease = lease.with_ttl(self.fence_ttl(req).await?);
+                }
                 let normal = NormalHeld {
                     worker_id: lease.worker_id,
                     token: lease.token,
@@ -167,8 +222,11 @@ impl ZkRegistry {
                 mark_ms: prev_mark_ms.unwrap_or(0),
             })
             .await?;
-        let lease = Lease::new(worker_id, prev_mark_ms).with_token(self.next_token());
-        tracing::info!(worker_id, ?prev_mark_ms, %identity, "zk_normal worker id acquired");
+        let mut lease = Lease::new(worker_id, prev_mark_ms).with_token(self.next_token());
+        if self.config.fence_on_disconnect {
+            lease = lease.with_ttl(self.fence_ttl(req).await?);
+        }
+        tracing::info!(worker_id, ?prev_mark_ms, %identity, ttl = ?lease.ttl, "zk_normal worker id acquired");
         held.hold(&lease, cache);
         let normal = NormalHeld {
             worker_id,
@@ -229,7 +287,9 @@ pub(super) async fn find_forever(
 }
 
 /// One mark write to the `forever` node, version-checked; after a start from the cache file it
-/// first takes the live lock and finds the node again.
+/// first takes the live lock and finds the node again. A node holding a higher mark than
+/// any mark this process tried to write was written by another process of this identity:
+/// nothing is written and the lease is marked lost.
 pub(super) async fn write_forever(
     session: &Session,
     forever: &Forever,
@@ -237,6 +297,8 @@ pub(super) async fn write_forever(
     mark_ms: u64,
 ) -> Result<()> {
     let client = session.client().await?;
+    w.highest = w.highest.max(mark_ms);
+    let own = w.highest;
     if w.node.is_none() {
         if session
             .keep_ephemeral(
@@ -262,19 +324,24 @@ pub(super) async fn write_forever(
             forever.lost.store(true, Ordering::Release);
             return Ok(());
         }
-        let (_, stat) = client.get_data(&path).await.map_err(|e| map_zk(e, &path))?;
-        w.node = Some((path, stat.version));
+        let Some(version) = read_own_forever(&client, forever, &path, own).await? else {
+            return Ok(());
+        };
+        w.node = Some((path, version));
     }
     let (path, version) = w.node.clone().expect("set above");
     let data = node::forever_data(&forever.identity, mark_ms);
     let stat = match client.set_data(&path, &data, Some(version)).await {
         Ok(stat) => stat,
         // An earlier write landed without this node learning its version (the live lock
-        // keeps other writers of this identity out): write over it.
+        // keeps other writers of this identity out while it is held): write over it, unless
+        // it is another process's.
         Err(zk::Error::BadVersion) => {
-            let (_, stat) = client.get_data(&path).await.map_err(|e| map_zk(e, &path))?;
+            let Some(version) = read_own_forever(&client, forever, &path, own).await? else {
+                return Ok(());
+            };
             client
-                .set_data(&path, &data, Some(stat.version))
+                .set_data(&path, &data, Some(version))
                 .await
                 .map_err(|e| map_zk(e, &path))?
         }
@@ -283,4 +350,30 @@ pub(super) async fn write_forever(
     w.node = Some((path, stat.version));
     forever.confirmed.store(mark_ms, Ordering::Release);
     Ok(())
+}
+
+/// The `forever` node's version, if what it holds can be this process's own (a mark not above
+/// `own`, the highest this process tried to write); `None`, with the lease marked lost, if another process of this identity wrote
+/// a higher mark: it ran while this one's session was gone, and this one's generator knows
+/// nothing of the timestamps it issued.
+async fn read_own_forever(
+    client: &zk::Client,
+    forever: &Forever,
+    path: &str,
+    own: u64,
+) -> Result<Option<i32>> {
+    let (data, stat) = client.get_data(path).await.map_err(|e| map_zk(e, path))?;
+    match node::forever_prev_mark(&data, path)? {
+        Some(stored) if stored > own => {
+            tracing::error!(
+                %path,
+                stored_mark_ms = stored,
+                own_mark_ms = own,
+                "another process of this identity wrote a higher mark; stopping"
+            );
+            forever.lost.store(true, Ordering::Release);
+            Ok(None)
+        }
+        _ => Ok(Some(stat.version)),
+    }
 }

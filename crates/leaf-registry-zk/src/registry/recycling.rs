@@ -134,6 +134,7 @@ impl ZkRegistry {
 
     pub(super) async fn renew_recycle(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
         let mut state = self.lease.lock().await;
+        let mark_ms = self.held.lock().await.renewal_mark(lease, mark_ms);
         let Some(Held::Recycle(r)) = state.as_mut().filter(|h| matches!(h, Held::Recycle(r) if r.token == lease.token && r.worker_id == lease.worker_id)) else {
             return Ok(Renewal::LeaseLost);
         };

@@ -337,6 +337,10 @@ pub struct ZkSection {
     /// Snowflake mode stays off when this node's clock is further than this from the average
     /// of its running peers' at start-up. Default 5000.
     pub max_peer_skew_ms: u64,
+    /// `zk_normal`: stop issuing (503, code -4) when ZooKeeper has not confirmed this node's
+    /// lock for the session timeout minus `snowflake.fencing_margin_ms`; resume once it has.
+    /// Default false (Leaf's behaviour: keep serving through a ZooKeeper outage).
+    pub fence_on_disconnect: bool,
 }
 
 impl Default for ZkSection {
@@ -347,6 +351,7 @@ impl Default for ZkSection {
             recycle_idle_timeout_ms: 10_000,
             root: "/snowflake".into(),
             max_peer_skew_ms: 5000,
+            fence_on_disconnect: false,
         }
     }
 }
