@@ -1,57 +1,114 @@
-//! The admin rule of `/v1/tags*`, `/cache` and `/db`: with a token configured, a request needs
-//! `Authorization: Bearer <token>` (compared in constant time); without one, only loopback peers
-//! are served. The peer is the socket's address, never a header: behind a reverse proxy on the
-//! same host every client looks local, so such deployments must set a token.
+//! The admin rule of `/v1/tags*` and the monitor pages: with a token configured, a request
+//! needs `Authorization: Bearer <token>` (compared in constant time), or on the pages HTTP
+//! Basic with the token as the password, which a browser can answer; without one, only loopback
+//! peers are served. The peer is the socket's address, never a header: behind a reverse proxy
+//! on the same host every client looks local, so such deployments must set a token.
+//!
+//! Writes (`POST`, `PATCH`, ...) also refuse requests a browser sent from a page of another
+//! origin (their `Origin` names another host, or `Sec-Fetch-Site` says so): without a token, a
+//! page on the operator's machine could otherwise create tags through the loopback rule.
 
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use base64::Engine;
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Proof that a request passed the admin rule; take it as a handler argument.
+/// Proof that a request passed the admin rule (and, for a write, the origin rule); take it as
+/// a handler argument of the admin API.
 #[derive(Debug, Clone, Copy)]
 pub struct Admin;
+
+/// Proof that a request passed the admin rule of the monitor pages, which also accept HTTP
+/// Basic with the token as the password (any user name) and challenge a browser with it.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminPage;
 
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(addr)| *addr);
-        let auth = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .map(|v| v.as_bytes());
-        check(state.admin_token(), auth, peer).map(|()| Admin)
+        if !is_safe(&parts.method) {
+            same_origin(&parts.headers)?;
+        }
+        check(
+            state.admin_token(),
+            authorization(parts),
+            peer(parts),
+            Schemes::Bearer,
+        )
+        .map(|()| Admin)
     }
 }
 
+impl FromRequestParts<AppState> for AdminPage {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        check(
+            state.admin_token(),
+            authorization(parts),
+            peer(parts),
+            Schemes::BearerOrBasic,
+        )
+        .map(|()| AdminPage)
+    }
+}
+
+fn authorization(parts: &Parts) -> Option<&[u8]> {
+    parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes())
+}
+
+fn peer(parts: &Parts) -> Option<SocketAddr> {
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| *addr)
+}
+
+fn is_safe(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Which credentials a route accepts with a token configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schemes {
+    /// `Authorization: Bearer <token>` only (the API).
+    Bearer,
+    /// Bearer, or HTTP Basic with the token as the password (the pages, opened in a browser).
+    BearerOrBasic,
+}
+
 /// The rule itself: `token` as configured (empty: none), the `Authorization` header if any, the
-/// socket's peer if known.
+/// socket's peer if known, the schemes the route accepts.
 pub fn check(
     token: &str,
     authorization: Option<&[u8]>,
     peer: Option<SocketAddr>,
+    schemes: Schemes,
 ) -> Result<(), ApiError> {
     if !token.is_empty() {
-        let presented = authorization.and_then(bearer_token);
-        return match presented {
-            Some(p) if constant_time_eq(p, token.as_bytes()) => Ok(()),
-            Some(_) => Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "the admin token is wrong",
-            )),
-            None => Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "this route needs Authorization: Bearer <server.admin_token>",
-            )),
+        let basic = schemes == Schemes::BearerOrBasic;
+        let presented = authorization
+            .and_then(|a| bearer_token(a).or_else(|| basic.then(|| basic_password(a)).flatten()));
+        let refusal = match presented {
+            Some(p) if constant_time_eq(&p, token.as_bytes()) => return Ok(()),
+            Some(_) => "the admin token is wrong",
+            None if basic => {
+                "this page needs the admin token: Authorization: Bearer <server.admin_token>, or \
+                 HTTP Basic with it as the password"
+            }
+            None => "this route needs Authorization: Bearer <server.admin_token>",
         };
+        let e = ApiError::new(StatusCode::UNAUTHORIZED, refusal);
+        return Err(if basic { e.with_basic_challenge() } else { e });
     }
     // An unknown peer (no socket, as in a test without ConnectInfo) is not trusted.
     let local = peer.is_some_and(|p| p.ip().to_canonical().is_loopback());
@@ -65,12 +122,78 @@ pub fn check(
     }
 }
 
+/// The origin rule of admin writes: a request whose `Origin` names another host than its
+/// `Host` (or is `null`), or whose `Sec-Fetch-Site` says another site or origin sent it, is
+/// refused (403). Requests without these headers (curl, scripts) pass: only browsers send them,
+/// and a browser always sends `Origin` with a cross-origin `POST`.
+pub fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    let refuse = |why: String| {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("admin writes are refused from pages of other origins: {why}"),
+        ))
+    };
+    if let Some(site) = headers.get("sec-fetch-site") {
+        let site = site.to_str().unwrap_or("");
+        if !site.eq_ignore_ascii_case("same-origin") && !site.eq_ignore_ascii_case("none") {
+            return refuse(format!("Sec-Fetch-Site is {site:?}"));
+        }
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().unwrap_or("");
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    match origin_authority(origin) {
+        Some(authority) if !host.is_empty() && same_authority(authority, host) => Ok(()),
+        _ => refuse(format!("Origin {origin:?} is not this server ({host:?})")),
+    }
+}
+
+/// `host[:port]` of a serialized origin (`scheme://host[:port]`); `None` for `null` or junk.
+fn origin_authority(origin: &str) -> Option<&str> {
+    let (scheme, rest) = origin.split_once("://")?;
+    let known = scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
+    (known && !rest.is_empty() && !rest.contains('/')).then_some(rest)
+}
+
+/// Whether two `host[:port]` name the same place. A missing port matches the scheme's default
+/// on the other side only loosely: `example.com` and `example.com:80` (or `:443`, behind a TLS
+/// proxy) are the same server to the browser that sent both.
+fn same_authority(a: &str, b: &str) -> bool {
+    let strip = |s: &str| {
+        let s = s.to_ascii_lowercase();
+        match s.strip_suffix(":80").or_else(|| s.strip_suffix(":443")) {
+            Some(bare) => bare.to_owned(),
+            None => s,
+        }
+    };
+    strip(a) == strip(b)
+}
+
 /// The token of `Bearer <token>`; the scheme is case-insensitive and one or more spaces follow
 /// it (RFC 9110, section 11.4).
-fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
+fn bearer_token(authorization: &[u8]) -> Option<Vec<u8>> {
+    scheme_value(authorization, b"bearer").map(<[u8]>::to_vec)
+}
+
+/// The password of `Basic base64(user:password)` (RFC 7617); the user name is ignored.
+fn basic_password(authorization: &[u8]) -> Option<Vec<u8>> {
+    let encoded = scheme_value(authorization, b"basic")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    let colon = decoded.iter().position(|&c| c == b':')?;
+    Some(decoded[colon + 1..].to_vec())
+}
+
+fn scheme_value<'a>(authorization: &'a [u8], scheme_name: &[u8]) -> Option<&'a [u8]> {
     let space = authorization.iter().position(|&c| c == b' ')?;
     let (scheme, rest) = authorization.split_at(space);
-    if !scheme.eq_ignore_ascii_case(b"bearer") {
+    if !scheme.eq_ignore_ascii_case(scheme_name) {
         return None;
     }
     let start = rest.iter().position(|&c| c != b' ')?;
@@ -90,6 +213,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
 
     fn peer(s: &str) -> Option<SocketAddr> {
         Some(s.parse().unwrap())
@@ -106,7 +230,7 @@ mod tests {
 
     #[test]
     fn without_a_token_only_loopback_peers_pass() {
-        let status = |p| check("", None, p).map_err(|e| e.status.as_u16());
+        let status = |p| check("", None, p, Schemes::Bearer).map_err(|e| e.status.as_u16());
         assert_eq!(status(peer("127.0.0.1:5000")), Ok(()));
         assert_eq!(status(peer("127.8.9.10:5000")), Ok(()));
         assert_eq!(status(peer("[::1]:5000")), Ok(()));
@@ -119,7 +243,8 @@ mod tests {
     #[test]
     fn with_a_token_everyone_needs_it() {
         let status = |auth: Option<&str>, p| {
-            check("s3cret", auth.map(str::as_bytes), p).map_err(|e| e.status.as_u16())
+            check("s3cret", auth.map(str::as_bytes), p, Schemes::Bearer)
+                .map_err(|e| e.status.as_u16())
         };
         assert_eq!(status(Some("Bearer s3cret"), peer("10.0.0.1:1")), Ok(()));
         assert_eq!(status(Some("Bearer s3cret"), None), Ok(()));
@@ -131,10 +256,122 @@ mod tests {
         assert_eq!(status(Some("Bearer"), peer("10.0.0.1:1")), Err(401));
         assert_eq!(status(None, peer("127.0.0.1:1")), Err(401));
         assert_eq!(status(Some("Bearer nope"), peer("127.0.0.1:1")), Err(401));
-        assert_eq!(status(Some("Basic s3cret"), peer("127.0.0.1:1")), Err(401));
         assert_eq!(
             status(Some("Bearer s3cret "), peer("127.0.0.1:1")),
             Err(401)
+        );
+        // Basic is for the pages only: the API never accepts it.
+        let basic = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("admin:s3cret")
+        );
+        assert_eq!(status(Some(&basic), peer("127.0.0.1:1")), Err(401));
+    }
+
+    #[test]
+    fn pages_take_basic_with_the_token_as_the_password() {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let check_page = |auth: Option<String>| {
+            check(
+                "s3cret",
+                auth.as_deref().map(str::as_bytes),
+                peer("10.0.0.1:1"),
+                Schemes::BearerOrBasic,
+            )
+        };
+        assert!(check_page(Some(format!("Basic {}", b64("admin:s3cret")))).is_ok());
+        assert!(check_page(Some(format!("basic {}", b64(":s3cret")))).is_ok());
+        assert!(check_page(Some(format!("Basic {}", b64("anyone:s3cret")))).is_ok());
+        assert!(check_page(Some("Bearer s3cret".into())).is_ok());
+        for bad in [
+            format!("Basic {}", b64("admin:nope")),
+            format!("Basic {}", b64("s3cret")),
+            format!("Basic {}", b64("s3cret:")),
+            "Basic !!!not-base64".into(),
+            "Basic".into(),
+        ] {
+            let e = check_page(Some(bad.clone())).unwrap_err();
+            assert_eq!(e.status, StatusCode::UNAUTHORIZED, "{bad}");
+        }
+        let e = check_page(None).unwrap_err();
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+        assert!(
+            e.basic_challenge,
+            "a page's 401 challenges the browser with Basic"
+        );
+    }
+
+    #[test]
+    fn origin_rule_table() {
+        let check = |origin: Option<&str>, host: Option<&str>, site: Option<&str>, ok: bool| {
+            let mut h = HeaderMap::new();
+            for (name, value) in [("origin", origin), ("host", host), ("sec-fetch-site", site)] {
+                if let Some(v) = value {
+                    h.insert(name, HeaderValue::from_str(v).unwrap());
+                }
+            }
+            let r = same_origin(&h);
+            assert_eq!(r.is_ok(), ok, "{origin:?} {host:?} {site:?}: {r:?}");
+            if let Err(e) = r {
+                assert_eq!(e.status, StatusCode::FORBIDDEN);
+            }
+        };
+        // curl and scripts send neither Origin nor Sec-Fetch-Site.
+        check(None, Some("localhost:8080"), None, true);
+        check(None, None, None, true);
+        check(
+            Some("http://localhost:8080"),
+            Some("localhost:8080"),
+            None,
+            true,
+        );
+        check(
+            Some("http://LOCALHOST:8080"),
+            Some("localhost:8080"),
+            None,
+            true,
+        );
+        check(
+            Some("https://leaf.example"),
+            Some("leaf.example:443"),
+            None,
+            true,
+        );
+        check(
+            Some("http://leaf.example"),
+            Some("leaf.example"),
+            Some("same-origin"),
+            true,
+        );
+        check(None, Some("localhost:8080"), Some("none"), true);
+        // Another port of the same host is another origin (the attack of issue 18).
+        check(
+            Some("http://localhost:18750"),
+            Some("localhost:8080"),
+            None,
+            false,
+        );
+        check(
+            Some("http://evil.example"),
+            Some("localhost:8080"),
+            None,
+            false,
+        );
+        check(Some("null"), Some("localhost:8080"), None, false);
+        check(Some("http://localhost:8080"), None, None, false);
+        check(
+            Some("http://localhost:8080/x"),
+            Some("localhost:8080"),
+            None,
+            false,
+        );
+        check(None, Some("localhost:8080"), Some("cross-site"), false);
+        check(None, Some("localhost:8080"), Some("same-site"), false);
+        check(
+            Some("http://localhost:8080"),
+            Some("localhost:8080"),
+            Some("cross-site"),
+            false,
         );
     }
 }

@@ -43,6 +43,9 @@ pub struct ApiError {
     pub message: String,
     /// Seconds for `Retry-After` (only 503s carry it).
     pub retry_after_s: u64,
+    /// A 401 that challenges with HTTP Basic (a monitor page, which a browser opens) instead
+    /// of Bearer.
+    pub basic_challenge: bool,
 }
 
 #[derive(Serialize)]
@@ -59,7 +62,14 @@ impl ApiError {
             code: i64::from(status.as_u16()),
             message: message.into(),
             retry_after_s: 1,
+            basic_challenge: false,
         }
+    }
+
+    /// With an HTTP Basic challenge on a 401, so that a browser prompts for the token.
+    pub fn with_basic_challenge(mut self) -> Self {
+        self.basic_challenge = true;
+        self
     }
 
     /// 400.
@@ -79,6 +89,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after_s: retry_after_s.max(1),
+            basic_challenge: false,
         }
     }
 
@@ -189,7 +200,15 @@ impl IntoResponse for ApiError {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(self.retry_after_s));
         }
         if self.status == StatusCode::UNAUTHORIZED {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            let challenge = if self.basic_challenge {
+                r#"Basic realm="leaf", charset="UTF-8""#
+            } else {
+                "Bearer"
+            };
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
         }
         resp
     }

@@ -239,6 +239,7 @@ async fn send(
 
 const LOCAL: Option<&str> = Some("127.0.0.1:40000");
 const REMOTE: Option<&str> = Some("192.0.2.7:40000");
+const JSON: &[(&str, &str)] = &[("content-type", "application/json")];
 
 async fn get(app: &Router, uri: &str) -> Reply {
     send(app, Method::GET, uri, LOCAL, &[], None).await
@@ -513,14 +514,14 @@ async fn descriptions_over_256_characters_are_400() {
     };
     let post = |body: String| {
         let app = f.app.clone();
-        async move { send(&app, Method::POST, "/v1/tags", LOCAL, &[], Some(&body)).await }
+        async move { send(&app, Method::POST, "/v1/tags", LOCAL, JSON, Some(&body)).await }
     };
     let m = post(create("d1", "x".repeat(257))).await.error(400, 400);
     assert!(m.contains("256"), "{m}");
     assert_eq!(post(create("d2", "\u{e9}".repeat(256))).await.status, 201);
     let patch = |body: String| {
         let app = f.app.clone();
-        async move { send(&app, Method::PATCH, "/v1/tags/d2", LOCAL, &[], Some(&body)).await }
+        async move { send(&app, Method::PATCH, "/v1/tags/d2", LOCAL, JSON, Some(&body)).await }
     };
     patch(format!(r#"{{"description":"{}"}}"#, "y".repeat(257)))
         .await
@@ -564,7 +565,7 @@ async fn admin_rule_without_a_token() {
         Method::POST,
         "/v1/tags",
         REMOTE,
-        &[],
+        JSON,
         Some(r#"{"tag":"x"}"#),
     )
     .await
@@ -585,7 +586,13 @@ async fn admin_rule_with_a_token() {
         for peer in [LOCAL, REMOTE] {
             let r = send(&f.app, Method::GET, uri, peer, &[], None).await;
             r.error(401, 401);
-            assert_eq!(r.headers[header::WWW_AUTHENTICATE], "Bearer");
+            // A page challenges with Basic, which a browser answers with a prompt.
+            let challenge = if uri.starts_with("/v1") {
+                "Bearer"
+            } else {
+                r#"Basic realm="leaf", charset="UTF-8""#
+            };
+            assert_eq!(r.headers[header::WWW_AUTHENTICATE], challenge, "{uri}");
             send(
                 &f.app,
                 Method::GET,
@@ -610,6 +617,207 @@ async fn admin_rule_with_a_token() {
     }
 }
 
+/// `user:password` as an HTTP Basic `Authorization` value.
+fn basic(credentials: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(credentials)
+    )
+}
+
+#[tokio::test]
+async fn pages_accept_basic_with_the_token_as_password_and_the_api_does_not() {
+    let mut s = Setup::default();
+    s.config.server.admin_token = "s3cret".into();
+    let f = s.build().await;
+    let good = basic("operator:s3cret");
+    for uri in ["/cache", "/db"] {
+        let r = send(
+            &f.app,
+            Method::GET,
+            uri,
+            REMOTE,
+            &[("authorization", &good)],
+            None,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{uri}: {}", r.text());
+        for bad in [
+            basic("operator:wrong"),
+            basic("s3cret:"),
+            "Basic %%%".into(),
+        ] {
+            let r = send(
+                &f.app,
+                Method::GET,
+                uri,
+                REMOTE,
+                &[("authorization", &bad)],
+                None,
+            )
+            .await;
+            r.error(401, 401);
+            assert!(
+                r.headers[header::WWW_AUTHENTICATE]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("Basic "),
+                "{uri} {bad}"
+            );
+        }
+    }
+    // The API keeps to Bearer: credentials a browser remembers never authorise a write.
+    send(
+        &f.app,
+        Method::GET,
+        "/v1/tags",
+        REMOTE,
+        &[("authorization", &good)],
+        None,
+    )
+    .await
+    .error(401, 401);
+    let headers = [
+        ("authorization", good.as_str()),
+        ("content-type", "application/json"),
+    ];
+    send(
+        &f.app,
+        Method::POST,
+        "/v1/tags",
+        REMOTE,
+        &headers,
+        Some(r#"{"tag":"b"}"#),
+    )
+    .await
+    .error(401, 401);
+}
+
+#[tokio::test]
+async fn admin_writes_need_a_json_content_type() {
+    let f = fixture().await;
+    // What a browser sends cross-site without a preflight: text/plain, forms.
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("text/plain;charset=UTF-8"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+    ] {
+        let headers: Vec<(&str, &str)> = content_type
+            .map(|t| ("content-type", t))
+            .into_iter()
+            .collect();
+        let m = send(
+            &f.app,
+            Method::POST,
+            "/v1/tags",
+            LOCAL,
+            &headers,
+            Some(r#"{"tag":"plain"}"#),
+        )
+        .await
+        .error(415, 415);
+        assert!(m.contains("application/json"), "{m}");
+        send(
+            &f.app,
+            Method::PATCH,
+            "/v1/tags/t",
+            LOCAL,
+            &headers,
+            Some(r#"{"step":9}"#),
+        )
+        .await
+        .error(415, 415);
+    }
+    let plain = leaf_core::Tag::new("plain").unwrap();
+    assert!(
+        f.store.get(&plain).await.unwrap().is_none(),
+        "a refused request changes nothing"
+    );
+    let headers = [("content-type", "application/json; charset=utf-8")];
+    let r = send(
+        &f.app,
+        Method::POST,
+        "/v1/tags",
+        LOCAL,
+        &headers,
+        Some(r#"{"tag":"plain"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+#[tokio::test]
+async fn admin_writes_from_pages_of_other_origins_are_refused() {
+    let f = fixture().await;
+    let json = ("content-type", "application/json");
+    let host = ("host", "127.0.0.1:8080");
+    for headers in [
+        vec![json, host, ("origin", "http://localhost:18750")],
+        vec![json, host, ("origin", "http://127.0.0.1:18750")],
+        vec![json, host, ("origin", "null")],
+        vec![json, host, ("sec-fetch-site", "cross-site")],
+        vec![json, host, ("sec-fetch-site", "same-site")],
+    ] {
+        let m = send(
+            &f.app,
+            Method::POST,
+            "/v1/tags",
+            LOCAL,
+            &headers,
+            Some(r#"{"tag":"csrf"}"#),
+        )
+        .await
+        .error(403, 403);
+        assert!(m.contains("other origins"), "{m}");
+        send(
+            &f.app,
+            Method::PATCH,
+            "/v1/tags/t",
+            LOCAL,
+            &headers,
+            Some(r#"{"step":9}"#),
+        )
+        .await
+        .error(403, 403);
+    }
+    let csrf = leaf_core::Tag::new("csrf").unwrap();
+    assert!(
+        f.store.get(&csrf).await.unwrap().is_none(),
+        "a refused request changes nothing"
+    );
+    // The server's own pages (same origin), and clients that send no Origin, may write.
+    let same = [
+        json,
+        host,
+        ("origin", "http://127.0.0.1:8080"),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    let r = send(
+        &f.app,
+        Method::POST,
+        "/v1/tags",
+        LOCAL,
+        &same,
+        Some(r#"{"tag":"csrf"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    // Reads are not writes: a page of another origin cannot read the answer anyway.
+    let r = send(
+        &f.app,
+        Method::GET,
+        "/v1/tags",
+        LOCAL,
+        &[("origin", "http://localhost:18750")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
 #[tokio::test]
 async fn tags_admin_create_patch_list() {
     let f = fixture().await;
@@ -620,7 +828,7 @@ async fn tags_admin_create_patch_list() {
         Method::POST,
         "/v1/tags",
         LOCAL,
-        &[],
+        JSON,
         Some(r#"{"tag":"new","max_id":100,"step":5,"description":"d"}"#),
     )
     .await;
@@ -638,7 +846,7 @@ async fn tags_admin_create_patch_list() {
         Method::POST,
         "/v1/tags",
         LOCAL,
-        &[],
+        JSON,
         Some(r#"{"tag":"new"}"#),
     )
     .await
@@ -653,12 +861,12 @@ async fn tags_admin_create_patch_list() {
         r#"{"step":3}"#,
         "",
     ] {
-        send(&f.app, Method::POST, "/v1/tags", LOCAL, &[], Some(bad))
+        send(&f.app, Method::POST, "/v1/tags", LOCAL, JSON, Some(bad))
             .await
             .error(400, 400);
     }
     let big = format!(r#"{{"tag":"z","description":"{}"}}"#, "d".repeat(2000));
-    send(&f.app, Method::POST, "/v1/tags", LOCAL, &[], Some(&big))
+    send(&f.app, Method::POST, "/v1/tags", LOCAL, JSON, Some(&big))
         .await
         .error(413, 413);
 
@@ -667,7 +875,7 @@ async fn tags_admin_create_patch_list() {
         Method::PATCH,
         "/v1/tags/new",
         LOCAL,
-        &[],
+        JSON,
         Some(r#"{"step":7}"#),
     )
     .await;
@@ -678,7 +886,7 @@ async fn tags_admin_create_patch_list() {
         Method::PATCH,
         "/v1/tags/ghost",
         LOCAL,
-        &[],
+        JSON,
         Some(r#"{"step":7}"#),
     )
     .await
@@ -688,7 +896,7 @@ async fn tags_admin_create_patch_list() {
         Method::PATCH,
         "/v1/tags/a/b",
         LOCAL,
-        &[],
+        JSON,
         Some(r#"{"step":7}"#),
     )
     .await
@@ -698,7 +906,7 @@ async fn tags_admin_create_patch_list() {
         Method::PATCH,
         "/v1/tags/new",
         LOCAL,
-        &[],
+        JSON,
         Some(r#"{"step":-7}"#),
     )
     .await
@@ -723,7 +931,7 @@ async fn monitor_pages_are_escaped_html() {
         Method::POST,
         "/v1/tags",
         LOCAL,
-        &[],
+        JSON,
         Some(r#"{"tag":"<b>x<b>","description":"<script>alert(1)<script>"}"#),
     )
     .await;

@@ -309,7 +309,7 @@ fn connection_limits_and_json_logs() {
     let body = format!("{{\"tag\":\"t\",\"description\":\"{}\"}}", "d".repeat(500));
     write!(
         post,
-        "POST /v1/tags HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/tags HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -324,7 +324,7 @@ fn connection_limits_and_json_logs() {
         .unwrap();
     write!(
         slow,
-        "POST /v1/tags HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 50\r\n\r\n{{\"tag\""
+        "POST /v1/tags HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{{\"tag\""
     )
     .unwrap();
     let start = Instant::now();

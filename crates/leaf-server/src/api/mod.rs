@@ -15,8 +15,8 @@ use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{
     DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Query, Request, State,
 };
-use axum::http::StatusCode;
 use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, patch};
@@ -152,6 +152,21 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        // Only JSON: a browser sends `text/plain` (and form types) cross-site without asking
+        // first, so accepting them would let any page write here.
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        if !content_type.is_some_and(is_json) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!(
+                    "the body must be JSON, sent with Content-Type: application/json (got {})",
+                    content_type.map_or_else(|| "none".to_owned(), |t| format!("{t:?}"))
+                ),
+            ));
+        }
         // A body trickled in slowly would hold the connection forever; the head has its own
         // timeout in the connection, the body gets the same bound here.
         let limit = state.body_timeout();
@@ -173,6 +188,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     }
 }
 
+/// Whether a `Content-Type` is `application/json`, parameters (`charset`) allowed.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
 pub(super) fn parse_tag(raw: &str) -> Result<Tag, ApiError> {
     Tag::new(raw).map_err(|e| ApiError::from_core(Origin::Segment, e))
 }
@@ -186,6 +207,27 @@ pub(super) fn parse_id(raw: &str) -> Result<i64, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_content_types() {
+        for ok in [
+            "application/json",
+            "Application/JSON",
+            "application/json; charset=utf-8",
+        ] {
+            assert!(is_json(ok), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data",
+            "application/jsonp",
+            "",
+            "text/plain; application/json",
+        ] {
+            assert!(!is_json(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn escape_table() {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{JsonBody, RestPath};
-use crate::admin::Admin;
+use crate::admin::{Admin, AdminPage};
 use crate::error::{ApiError, Origin};
 use crate::pages;
 use crate::state::AppState;
@@ -151,7 +151,7 @@ pub(super) async fn update_tag(
 }
 
 pub(super) async fn cache_page(
-    _: Admin,
+    _: AdminPage,
     State(state): State<AppState>,
 ) -> Result<Html<String>, ApiError> {
     let allocator = state.segment()?;
@@ -159,7 +159,7 @@ pub(super) async fn cache_page(
 }
 
 pub(super) async fn db_page(
-    _: Admin,
+    _: AdminPage,
     State(state): State<AppState>,
 ) -> Result<Html<String>, ApiError> {
     let allocator = state.segment()?;
