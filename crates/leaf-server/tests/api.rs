@@ -694,6 +694,26 @@ async fn pages_accept_basic_with_the_token_as_password_and_the_api_does_not() {
     .error(401, 401);
 }
 
+/// A loopback client's create of `tag` and update of `t` with `headers`, each refused with
+/// `status`; the create's message.
+async fn writes_refused(app: &Router, headers: &[(&str, &str)], tag: &str, status: u16) -> String {
+    let body = format!(r#"{{"tag":"{tag}"}}"#);
+    let m = send(app, Method::POST, "/v1/tags", LOCAL, headers, Some(&body))
+        .await
+        .error(status, i64::from(status));
+    send(
+        app,
+        Method::PATCH,
+        "/v1/tags/t",
+        LOCAL,
+        headers,
+        Some(r#"{"step":9}"#),
+    )
+    .await
+    .error(status, i64::from(status));
+    m
+}
+
 #[tokio::test]
 async fn admin_writes_need_a_json_content_type() {
     let f = fixture().await;
@@ -709,27 +729,8 @@ async fn admin_writes_need_a_json_content_type() {
             .map(|t| ("content-type", t))
             .into_iter()
             .collect();
-        let m = send(
-            &f.app,
-            Method::POST,
-            "/v1/tags",
-            LOCAL,
-            &headers,
-            Some(r#"{"tag":"plain"}"#),
-        )
-        .await
-        .error(415, 415);
+        let m = writes_refused(&f.app, &headers, "plain", 415).await;
         assert!(m.contains("application/json"), "{m}");
-        send(
-            &f.app,
-            Method::PATCH,
-            "/v1/tags/t",
-            LOCAL,
-            &headers,
-            Some(r#"{"step":9}"#),
-        )
-        .await
-        .error(415, 415);
     }
     let plain = leaf_core::Tag::new("plain").unwrap();
     assert!(
@@ -761,27 +762,8 @@ async fn admin_writes_from_pages_of_other_origins_are_refused() {
         vec![json, host, ("sec-fetch-site", "cross-site")],
         vec![json, host, ("sec-fetch-site", "same-site")],
     ] {
-        let m = send(
-            &f.app,
-            Method::POST,
-            "/v1/tags",
-            LOCAL,
-            &headers,
-            Some(r#"{"tag":"csrf"}"#),
-        )
-        .await
-        .error(403, 403);
+        let m = writes_refused(&f.app, &headers, "csrf", 403).await;
         assert!(m.contains("other origins"), "{m}");
-        send(
-            &f.app,
-            Method::PATCH,
-            "/v1/tags/t",
-            LOCAL,
-            &headers,
-            Some(r#"{"step":9}"#),
-        )
-        .await
-        .error(403, 403);
     }
     let csrf = leaf_core::Tag::new("csrf").unwrap();
     assert!(
