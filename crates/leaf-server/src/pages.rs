@@ -1,11 +1,15 @@
-//! The monitor pages of Leaf, `/cache` (each tag's two buffers) and `/db` (the stored rows), as
-//! small self-contained HTML with every value escaped.
+//! The operator's console: `/` (the node at a glance), `/cache` (each tag's two buffers),
+//! `/db` (the stored rows) and `/snowflake` (the generator and its lease), as small
+//! self-contained HTML: every value escaped, no script, no asset from another host, a layout
+//! that turns tables into cards on a phone.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use leaf_core::TagRecord;
-use leaf_core::layout::format_utc_ms;
+use leaf_core::layout::utc_parts;
+use leaf_core::{SnowflakeLayout, TagRecord};
 use leaf_segment::{SegmentView, TagSnapshot};
+use leaf_snowflake::{SnowflakeState, SnowflakeStatus};
 
 /// Escapes text for HTML content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -23,86 +27,480 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-fn page(title: &str, body: &str) -> String {
+/// An integer with thousands separators: `1,234,567`.
+pub fn int(v: impl Into<i128>) -> String {
+    let v: i128 = v.into();
+    let digits = v.unsigned_abs().to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    if v < 0 {
+        out.push('-');
+    }
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A duration for people: `45 s`, `12 m 5 s`, `1 h 36 m`, `3 d 4 h`; below a second, `< 1 s`.
+pub fn duration_s(secs: f64) -> String {
+    if !secs.is_finite() {
+        return "-".into();
+    }
+    let s = secs.max(0.0).round() as u64;
+    if secs < 1.0 {
+        return "< 1 s".into();
+    }
+    let (d, h, m, s) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60, s % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s} s"),
+        (0, 0, _) if s > 0 => format!("{m} m {s} s"),
+        (0, 0, _) => format!("{m} m"),
+        (0, _, _) if m > 0 => format!("{h} h {m} m"),
+        (0, _, _) => format!("{h} h"),
+        _ if h > 0 => format!("{} d {h} h", int(d)),
+        _ => format!("{} d", int(d)),
+    }
+}
+
+/// A moment for people: `2026-11-24 20:58:39 UTC (12 s ago)`, or `(in 3 s)` ahead of `now_ms`.
+pub fn time(ms: u64, now_ms: u64) -> String {
+    let (y, mo, d, h, mi, s, _) = utc_parts(ms);
+    let relative = if ms + 500 < now_ms {
+        format!("{} ago", duration_s((now_ms - ms) as f64 / 1000.0))
+    } else if ms > now_ms + 500 {
+        format!("in {}", duration_s((ms - now_ms) as f64 / 1000.0))
+    } else {
+        "now".into()
+    };
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02} UTC ({relative})")
+}
+
+/// The pages of the console, for the navigation bar.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Page {
+    /// `/`.
+    Index,
+    /// `/cache`.
+    Cache,
+    /// `/db`.
+    Db,
+    /// `/snowflake`.
+    Snowflake,
+}
+
+const NAV: [(Page, &str, &str); 4] = [
+    (Page::Index, "/", "Node"),
+    (Page::Cache, "/cache", "Segment cache"),
+    (Page::Db, "/db", "Segment table"),
+    (Page::Snowflake, "/snowflake", "Snowflake"),
+];
+
+const STYLE: &str = "\
+:root{color-scheme:light dark;--line:#8884;--muted:#777;--ok:#1a7f37;--bad:#c62828;--hi:#2e7d3222}\
+*{box-sizing:border-box}\
+body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;padding:0 1rem 2rem}\
+nav{display:flex;flex-wrap:wrap;gap:.25rem 1rem;padding:.6rem 0;border-bottom:1px solid var(--line)}\
+nav a{text-decoration:none}nav a[aria-current]{font-weight:600;text-decoration:underline}\
+h1{font-size:1.35rem;margin:1rem 0 .2rem}h2{font-size:1.1rem;margin:1.4rem 0 .4rem}\
+.meta{color:var(--muted);margin:0 0 1rem;font-size:.9rem}\
+table{border-collapse:collapse;margin:.3rem 0}\
+th,td{border:1px solid var(--line);padding:.25rem .55rem;text-align:left;vertical-align:top}\
+thead th{background:#8881}\
+.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
+.cur{background:var(--hi)}.muted{color:var(--muted)}\
+.ok{color:var(--ok);font-weight:600}.bad{color:var(--bad);font-weight:600}\
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.3rem 1.2rem;margin:.3rem 0}\
+dt{color:var(--muted)}dd{margin:0;overflow-wrap:anywhere}\
+code{font-size:.92em}\
+@media (max-width:640px){\
+table.cards,table.cards tbody,table.cards tr{display:block;width:100%}\
+table.cards thead{display:none}\
+table.cards tr{border:1px solid var(--line);margin:.6rem 0;padding:.2rem 0}\
+table.cards td{display:flex;justify-content:space-between;gap:.8rem;border:0;\
+padding:.12rem .6rem;text-align:right;overflow-wrap:anywhere}\
+table.cards td::before{content:attr(data-label);flex:none;color:var(--muted);text-align:left}\
+table.cards td.head{font-weight:600;text-align:left}table.cards td.head::before{content:none}\
+dl{grid-template-columns:1fr}dd{margin-bottom:.4rem}}";
+
+/// A whole page: the navigation, `title`, when it was generated, an optional refresh (in
+/// seconds, opt-in with `?refresh=N`), and `body`.
+pub fn page(current: Page, title: &str, now_ms: u64, refresh_s: Option<u32>, body: &str) -> String {
+    let mut nav = String::new();
+    for (p, href, label) in NAV {
+        let aria = if p == current {
+            " aria-current=\"page\""
+        } else {
+            ""
+        };
+        let _ = write!(nav, "<a href=\"{href}\"{aria}>{label}</a>");
+    }
+    nav.push_str("<a href=\"/metrics\">Metrics</a><a href=\"/readyz\">Readiness</a>");
+    let refresh_meta = refresh_s.map_or_else(String::new, |s| {
+        format!("<meta http-equiv=\"refresh\" content=\"{s}\">")
+    });
+    let refresh_note = match refresh_s {
+        Some(s) => format!(", refreshed every {s} s"),
+        None => ", add <code>?refresh=5</code> to refresh".into(),
+    };
+    let (y, mo, d, h, mi, s, _) = utc_parts(now_ms);
     format!(
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title>\
-         <style>body{{font-family:sans-serif}}table{{border-collapse:collapse}}\
-         td,th{{border:1px solid #999;padding:2px 8px;text-align:right}}\
-         .current{{background:#dfd}}</style></head>\n<body><h1>{t}</h1>\n{body}</body></html>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{refresh_meta}\
+         <title>{t} · Leaf</title><style>{STYLE}</style></head>\n<body><nav>{nav}</nav>\n\
+         <h1>{t}</h1><p class=\"meta\">Generated {y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02} \
+         UTC{refresh_note}</p>\n{body}</body></html>\n",
         t = escape(title)
     )
 }
 
-fn buffer_cell(view: Option<&SegmentView>, current: bool) -> String {
-    let class = if current { " class=\"current\"" } else { "" };
+fn ready(r: &Result<(), String>) -> String {
+    match r {
+        Ok(()) => "<span class=\"ok\">ready</span>".into(),
+        Err(why) => format!("<span class=\"bad\">not ready</span>: {}", escape(why)),
+    }
+}
+
+/// What the index shows of a mode.
+pub struct ModeInfo {
+    /// The store or workerId mode.
+    pub kind: &'static str,
+    /// Ready, or why not.
+    pub readiness: Result<(), String>,
+}
+
+/// What the index shows of the node.
+pub struct NodeInfo<'a> {
+    /// Leaf's `name`.
+    pub name: &'a str,
+    /// The server's version.
+    pub version: &'a str,
+    /// The node's identity (`ip:port`), once snowflake mode resolved it.
+    pub identity: Option<String>,
+    /// The address the server listens on.
+    pub listen: String,
+    /// When the process started (Unix ms).
+    pub started_ms: u64,
+    /// Segment mode, `None` when disabled.
+    pub segment: Option<ModeInfo>,
+    /// Snowflake mode, `None` when disabled; the worker id once one is held.
+    pub snowflake: Option<(ModeInfo, Option<u64>)>,
+}
+
+/// `/`: the node, its modes and their readiness, and the way to every page.
+pub fn index_page(node: &NodeInfo<'_>, now_ms: u64, refresh_s: Option<u32>) -> String {
+    let mut b = String::from("<dl>");
+    let _ = write!(
+        b,
+        "<dt>Node</dt><dd>{}</dd><dt>Listening on</dt><dd>{}</dd><dt>Leaf name</dt><dd>{}</dd>\
+         <dt>Version</dt><dd>leaf-server {}</dd><dt>Started</dt><dd>{}</dd>",
+        escape(
+            node.identity
+                .as_deref()
+                .unwrap_or("not resolved (snowflake mode is off or not started)")
+        ),
+        escape(&node.listen),
+        escape(node.name),
+        escape(node.version),
+        time(node.started_ms, now_ms),
+    );
+    match &node.segment {
+        Some(m) => {
+            let _ = write!(
+                b,
+                "<dt>Segment mode</dt><dd>store <code>{}</code>, {} · \
+                 <a href=\"/cache\">cache</a> · <a href=\"/db\">table</a></dd>",
+                m.kind,
+                ready(&m.readiness)
+            );
+        }
+        None => b.push_str("<dt>Segment mode</dt><dd class=\"muted\">disabled</dd>"),
+    }
+    match &node.snowflake {
+        Some((m, worker)) => {
+            let worker = worker.map_or_else(String::new, |w| format!("worker id {w}, "));
+            let _ = write!(
+                b,
+                "<dt>Snowflake mode</dt><dd>workerId mode <code>{}</code>, {worker}{} · \
+                 <a href=\"/snowflake\">generator and lease</a></dd>",
+                m.kind,
+                ready(&m.readiness)
+            );
+        }
+        None => b.push_str("<dt>Snowflake mode</dt><dd class=\"muted\">disabled</dd>"),
+    }
+    b.push_str(
+        "</dl>\n<h2>Pages</h2><ul>\
+         <li><a href=\"/cache\">Segment cache</a>: each tag's two buffers, consumption, loads</li>\
+         <li><a href=\"/db\">Segment table</a>: the stored <code>leaf_alloc</code> rows</li>\
+         <li><a href=\"/snowflake\">Snowflake</a>: worker id, lease, time mark, clock</li>\
+         <li><a href=\"/metrics\">Metrics</a> (Prometheus) · <a href=\"/readyz\">Readiness</a> \
+         (JSON) · <a href=\"/healthz\">Liveness</a></li></ul>\n",
+    );
+    page(Page::Index, "Node", now_ms, refresh_s, &b)
+}
+
+fn buffer_cells(view: Option<&SegmentView>, current: bool, label: &str) -> String {
+    let class = if current { "num cur" } else { "num" };
     match view {
         Some(v) => format!(
-            "<td{class}>{}</td><td{class}>{}</td><td{class}>{}</td>",
-            v.value, v.max, v.step
+            "<td class=\"{class}\" data-label=\"{label} next id\">{}</td>\
+             <td class=\"{class}\" data-label=\"{label} max\">{}</td>\
+             <td class=\"{class}\" data-label=\"{label} step\">{}</td>",
+            int(v.value),
+            int(v.max),
+            int(v.step)
         ),
-        None => format!("<td{class} colspan=\"3\">empty</td>"),
+        None => format!("<td class=\"muted\" colspan=\"3\" data-label=\"{label}\">empty</td>"),
     }
 }
 
-/// The `/cache` page: per tag, the two buffers (value, max, step), which one is current, whether
-/// the next is ready, and the consumption.
-pub fn cache_page(snapshots: &[TagSnapshot]) -> String {
-    let mut b = String::from(
-        "<table>\n<tr><th>tag</th><th>init</th><th>current</th><th>next ready</th>\
-         <th>loading</th><th>step</th><th>buffer 0 value</th><th>max</th><th>step</th>\
-         <th>buffer 1 value</th><th>max</th><th>step</th><th>remaining</th><th>IDs/s</th>\
-         <th>lasts (s)</th><th>loads ok</th><th>loads failed</th></tr>\n",
-    );
-    for s in snapshots {
-        let lasts = s
-            .buffered_secs
-            .map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
+/// A rate for people: one decimal below 10 IDs/s, whole numbers above.
+fn rate(per_sec: f64) -> String {
+    if per_sec < 10.0 {
+        format!("{per_sec:.1}")
+    } else {
+        int(per_sec.round() as i64)
+    }
+}
+
+/// `/cache`: per tag, the step of the next load beside the stored one, the two buffers (the
+/// current one marked), what is left, the consumption and the loads. `stored` is the store's
+/// rows (a stored tag this node has not loaded yet is listed as such), or why they could not be
+/// read.
+pub fn cache_page(
+    snapshots: &[TagSnapshot],
+    stored: Result<&[TagRecord], &str>,
+    now_ms: u64,
+    refresh_s: Option<u32>,
+) -> String {
+    let mut b = String::new();
+    if let Err(why) = stored {
         let _ = writeln!(
             b,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}{}\
-             <td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(s.tag.as_str()),
-            s.initialized,
-            s.current,
-            s.next_ready,
-            s.loading,
-            s.step,
-            buffer_cell(s.buffers[0].as_ref(), s.current == 0),
-            buffer_cell(s.buffers[1].as_ref(), s.current == 1),
-            s.remaining,
-            s.ids_per_sec,
-            lasts,
-            s.loads_ok,
-            s.loads_failed,
+            "<p class=\"bad\">The stored steps are unavailable: {}</p>",
+            escape(why)
         );
     }
-    b.push_str("</table>\n");
-    page("Leaf segment cache", &b)
+    let mut tags: BTreeMap<&str, (Option<&TagSnapshot>, Option<&TagRecord>)> = BTreeMap::new();
+    for s in snapshots {
+        tags.entry(s.tag.as_str()).or_default().0 = Some(s);
+    }
+    for r in stored.unwrap_or(&[]) {
+        tags.entry(r.tag.as_str()).or_default().1 = Some(r);
+    }
+    if tags.is_empty() {
+        b.push_str("<p class=\"muted\">No tags.</p>\n");
+        return page(Page::Cache, "Segment cache", now_ms, refresh_s, &b);
+    }
+    b.push_str(
+        "<table class=\"cards\"><thead>\
+         <tr><th rowspan=\"2\">tag</th><th rowspan=\"2\">state</th><th colspan=\"2\">step</th>\
+         <th colspan=\"3\">buffer A</th><th colspan=\"3\">buffer B</th>\
+         <th rowspan=\"2\">IDs left</th><th rowspan=\"2\">IDs/s</th><th rowspan=\"2\">lasts</th>\
+         <th colspan=\"2\">loads</th></tr>\
+         <tr><th>next load</th><th>stored</th><th>next id</th><th>max</th><th>step</th>\
+         <th>next id</th><th>max</th><th>step</th><th>ok</th><th>failed</th></tr>\
+         </thead><tbody>\n",
+    );
+    for (tag, (snapshot, row)) in tags {
+        let stored_step = match (row, stored) {
+            (Some(r), _) => int(r.step),
+            (None, Ok(_)) => "-".into(),
+            (None, Err(_)) => "?".into(),
+        };
+        let tag = escape(tag);
+        let Some(s) = snapshot.filter(|s| s.initialized) else {
+            let _ = writeln!(
+                b,
+                "<tr><td class=\"head\" data-label=\"tag\">{tag}</td>\
+                 <td class=\"muted\" data-label=\"state\">not loaded</td>\
+                 <td class=\"num muted\" data-label=\"next load step\">-</td>\
+                 <td class=\"num\" data-label=\"stored step\">{stored_step}</td>\
+                 <td class=\"muted\" colspan=\"11\" data-label=\"buffers\">no segment taken \
+                 since start-up; the first request loads one</td></tr>"
+            );
+            continue;
+        };
+        let next = match (s.next_ready, s.loading) {
+            (true, _) => "next ready",
+            (false, true) => "loading the next",
+            (false, false) => "next not loaded yet",
+        };
+        let lasts = s.buffered_secs.map_or_else(|| "-".to_string(), duration_s);
+        let _ = writeln!(
+            b,
+            "<tr><td class=\"head\" data-label=\"tag\">{tag}</td>\
+             <td data-label=\"state\">{} in use, {next}</td>\
+             <td class=\"num\" data-label=\"next load step\">{}</td>\
+             <td class=\"num\" data-label=\"stored step\">{stored_step}</td>{}{}\
+             <td class=\"num\" data-label=\"IDs left\">{}</td>\
+             <td class=\"num\" data-label=\"IDs/s\">{}</td>\
+             <td class=\"num\" data-label=\"lasts\">{lasts}</td>\
+             <td class=\"num\" data-label=\"loads ok\">{}</td>\
+             <td class=\"num\" data-label=\"loads failed\">{}</td></tr>",
+            if s.current == 0 { "A" } else { "B" },
+            int(s.step),
+            buffer_cells(s.buffers[0].as_ref(), s.current == 0, "A"),
+            buffer_cells(s.buffers[1].as_ref(), s.current == 1, "B"),
+            int(s.remaining),
+            rate(s.ids_per_sec),
+            int(s.loads_ok),
+            int(s.loads_failed),
+        );
+    }
+    b.push_str(
+        "</tbody></table>\n<p class=\"meta\">The buffer in use is shaded. <em>next load</em> is \
+         the step the next load asks for (Leaf's dynamic step: doubled while segments last under \
+         15 minutes); <em>stored</em> is the row's step, the floor it never goes below. \
+         <em>lasts</em> is how long the IDs left last at the recent rate.</p>\n",
+    );
+    page(Page::Cache, "Segment cache", now_ms, refresh_s, &b)
 }
 
-/// The `/db` page: the stored rows.
-pub fn db_page(rows: &[TagRecord]) -> String {
-    let mut b = String::from(
-        "<table>\n<tr><th>biz_tag</th><th>max_id</th><th>step</th><th>description</th>\
-         <th>update_time (UTC)</th></tr>\n",
+/// `/db`: the stored rows.
+pub fn db_page(rows: &[TagRecord], now_ms: u64, refresh_s: Option<u32>) -> String {
+    let mut b = String::new();
+    if rows.is_empty() {
+        b.push_str("<p class=\"muted\">No rows.</p>\n");
+        return page(Page::Db, "Segment table", now_ms, refresh_s, &b);
+    }
+    b.push_str(
+        "<table class=\"cards\"><thead><tr><th>biz_tag</th><th>max_id</th><th>step</th>\
+         <th>description</th><th>update_time</th></tr></thead><tbody>\n",
     );
     for r in rows {
         let updated = r
             .updated_at_ms
             .and_then(|ms| u64::try_from(ms).ok())
-            .map_or_else(String::new, format_utc_ms);
+            .map_or_else(String::new, |ms| time(ms, now_ms));
         let _ = writeln!(
             b,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td class=\"head\" data-label=\"biz_tag\">{}</td>\
+             <td class=\"num\" data-label=\"max_id\">{}</td>\
+             <td class=\"num\" data-label=\"step\">{}</td>\
+             <td data-label=\"description\">{}</td>\
+             <td data-label=\"update_time\">{updated}</td></tr>",
             escape(r.tag.as_str()),
-            r.max_id,
-            r.step,
+            int(r.max_id),
+            int(r.step),
             escape(r.description.as_deref().unwrap_or("")),
-            updated,
         );
     }
-    b.push_str("</table>\n");
-    page("Leaf segment table", &b)
+    b.push_str("</tbody></table>\n");
+    page(Page::Db, "Segment table", now_ms, refresh_s, &b)
+}
+
+/// What `/snowflake` shows.
+pub enum SnowflakeView<'a> {
+    /// Snowflake mode is off.
+    Disabled,
+    /// Not started (yet, or refused): why.
+    NotStarted(&'a str),
+    /// The generator's status and layout.
+    Running(&'a SnowflakeStatus, &'a SnowflakeLayout),
+}
+
+fn state_text(state: &SnowflakeState) -> String {
+    match state {
+        SnowflakeState::Ready => "<span class=\"ok\">issuing</span>".into(),
+        SnowflakeState::WaitingForClock { behind_ms } => format!(
+            "waiting: the clock is {} behind the previous mark",
+            duration_s(*behind_ms as f64 / 1000.0)
+        ),
+        SnowflakeState::Unavailable { reason } => {
+            format!("<span class=\"bad\">unavailable</span>: {}", escape(reason))
+        }
+        SnowflakeState::Exhausted { reason } => {
+            format!("<span class=\"bad\">exhausted</span>: {}", escape(reason))
+        }
+        SnowflakeState::ClockJumped { ahead_ms } => format!(
+            "<span class=\"bad\">stopped</span>: the wall clock jumped {} ahead of the \
+             monotonic clock",
+            duration_s(*ahead_ms as f64 / 1000.0)
+        ),
+        SnowflakeState::LeaseLost => {
+            "<span class=\"bad\">stopped</span>: the worker id's lease is lost or not renewed \
+             in time; the renewer keeps trying"
+                .into()
+        }
+        SnowflakeState::Closed => "shut down".into(),
+    }
+}
+
+/// `/snowflake`: the workerId mode, the worker id and its lease, the time mark, the clock and
+/// the layout.
+pub fn snowflake_page(view: &SnowflakeView<'_>, now_ms: u64, refresh_s: Option<u32>) -> String {
+    let (st, layout) = match view {
+        SnowflakeView::Disabled => {
+            let b = "<p class=\"muted\">Snowflake mode is disabled (<code>snowflake.enabled = \
+                     false</code>).</p>\n";
+            return page(Page::Snowflake, "Snowflake", now_ms, refresh_s, b);
+        }
+        SnowflakeView::NotStarted(why) => {
+            let b = format!(
+                "<p><span class=\"bad\">Not started</span>: {}</p>\n",
+                escape(why)
+            );
+            return page(Page::Snowflake, "Snowflake", now_ms, refresh_s, &b);
+        }
+        SnowflakeView::Running(st, layout) => (*st, *layout),
+    };
+    let mut b = String::from("<dl>");
+    let lease = match (st.lease_ttl_ms, st.lease_valid_for_ms) {
+        (Some(ttl), Some(left)) => format!(
+            "TTL {}; issuing allowed until {} without another renewal",
+            duration_s(ttl as f64 / 1000.0),
+            time(now_ms + left, now_ms)
+        ),
+        _ => "held for as long as the process runs (this mode never takes the id away)".into(),
+    };
+    let last = st
+        .last_timestamp_ms
+        .map_or_else(|| "none yet".to_string(), |ms| time(ms, now_ms));
+    let registry = st.registry_mark_ms.map_or_else(String::new, |ms| {
+        format!(
+            "<dt>Mark in the registry</dt><dd>{} ({} behind the durable mark)</dd>",
+            time(ms, now_ms),
+            duration_s(st.durable_mark_ms.saturating_sub(ms) as f64 / 1000.0)
+        )
+    });
+    let _ = write!(
+        b,
+        "<dt>State</dt><dd>{}</dd><dt>workerId mode</dt><dd><code>{}</code></dd>\
+         <dt>Worker id</dt><dd>{} (of 0..={})</dd><dt>Lease</dt><dd>{} {lease}</dd>\
+         <dt>Time mark</dt><dd>{}: no ID carries a later timestamp until it moves</dd>{registry}\
+         <dt>Last ID's timestamp</dt><dd>{last}</dd>\
+         <dt>Clock</dt><dd>found behind the last ID {} times, jumped forward {} times</dd></dl>",
+        state_text(&st.state),
+        st.mode,
+        st.worker_id,
+        int(layout.max_worker_id()),
+        if st.lease_valid {
+            "<span class=\"ok\">valid</span>;"
+        } else {
+            "<span class=\"bad\">not valid</span>;"
+        },
+        time(st.durable_mark_ms, now_ms),
+        int(st.clock_backwards_total),
+        int(st.clock_jumps_total),
+    );
+    let _ = write!(
+        b,
+        "<h2>Layout</h2><dl><dt>Bits</dt><dd>1 sign · {} timestamp · {} worker · {} sequence</dd>\
+         <dt>Epoch</dt><dd>{}</dd><dt>Timestamps run out</dt><dd>{}</dd>\
+         <dt>Capacity</dt><dd>{} IDs per millisecond per worker</dd></dl>",
+        layout.timestamp_bits(),
+        layout.worker_bits(),
+        layout.sequence_bits(),
+        time(layout.epoch_ms(), now_ms),
+        time(layout.max_timestamp_ms(), now_ms),
+        int(layout.ids_per_ms()),
+    );
+    b.push('\n');
+    page(Page::Snowflake, "Snowflake", now_ms, refresh_s, &b)
 }
 
 #[cfg(test)]
@@ -110,10 +508,54 @@ mod tests {
     use super::*;
     use leaf_core::Tag;
 
+    const NOW: u64 = 1_795_000_000_000;
+
     #[test]
     fn escaping_table() {
         assert_eq!(escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
         assert_eq!(escape("plain"), "plain");
+    }
+
+    #[test]
+    fn numbers_durations_and_times_for_people() {
+        let check = |v: i64, s: &str| assert_eq!(int(v), s, "{v}");
+        check(0, "0");
+        check(999, "999");
+        check(1000, "1,000");
+        check(1_234_567, "1,234,567");
+        check(-1_234_567, "-1,234,567");
+        check(i64::MAX, "9,223,372,036,854,775,807");
+        let check = |s: f64, out: &str| assert_eq!(duration_s(s), out, "{s}");
+        check(0.2, "< 1 s");
+        check(45.0, "45 s");
+        check(60.0, "1 m");
+        check(725.0, "12 m 5 s");
+        check(5760.0, "1 h 36 m");
+        check(7200.0, "2 h");
+        check(3.0 * 86_400.0 + 4.0 * 3600.0 + 59.0, "3 d 4 h");
+        check(f64::INFINITY, "-");
+        assert_eq!(
+            time(1_795_000_000_000 - 12_000, NOW),
+            "2026-11-18 11:06:28 UTC (12 s ago)"
+        );
+        assert_eq!(time(NOW + 3_000, NOW), "2026-11-18 11:06:43 UTC (in 3 s)");
+        assert_eq!(time(NOW, NOW), "2026-11-18 11:06:40 UTC (now)");
+    }
+
+    #[test]
+    fn every_page_has_a_viewport_the_navigation_and_its_generation_time() {
+        let html = db_page(&[], NOW, Some(5));
+        assert!(html.contains("name=\"viewport\""), "{html}");
+        for href in ["/", "/cache", "/db", "/snowflake", "/metrics"] {
+            assert!(html.contains(&format!("href=\"{href}\"")), "{href}: {html}");
+        }
+        assert!(html.contains("Generated 2026-11-18 11:06:40 UTC"), "{html}");
+        assert!(
+            html.contains("http-equiv=\"refresh\" content=\"5\""),
+            "{html}"
+        );
+        assert!(!db_page(&[], NOW, None).contains("http-equiv"));
+        assert!(!html.contains("<script"), "no script");
     }
 
     #[test]
@@ -125,18 +567,18 @@ mod tests {
             description: Some("x & <b>".into()),
             updated_at_ms: Some(1_700_000_000_123),
         }];
-        let html = db_page(&rows);
+        let html = db_page(&rows, NOW, None);
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;"), "{html}");
         assert!(html.contains("x &amp; &lt;b&gt;"), "{html}");
-        assert!(html.contains("2023-11-14T22:13:20.123Z"), "{html}");
+        assert!(html.contains("2023-11-14 22:13:20 UTC"), "{html}");
+        assert!(html.contains(">2,001<"), "{html}");
     }
 
-    #[test]
-    fn cache_page_shows_both_buffers_and_the_current_one() {
-        let snap = TagSnapshot {
-            tag: Tag::new("t\"").unwrap(),
-            initialized: true,
+    fn snapshot(tag: &str, initialized: bool) -> TagSnapshot {
+        TagSnapshot {
+            tag: Tag::new(tag).unwrap(),
+            initialized,
             buffers: [
                 Some(SegmentView {
                     value: 1500,
@@ -152,22 +594,67 @@ mod tests {
             current: 0,
             next_ready: true,
             loading: false,
-            step: 2000,
+            step: 8000,
             remaining: 2501,
             ids_per_sec: 10.0,
-            buffered_secs: Some(250.1),
+            buffered_secs: Some(5760.0),
             loads_ok: 2,
             loads_failed: 0,
-        };
-        let html = cache_page(&[snap]);
+        }
+    }
+
+    #[test]
+    fn cache_page_tells_the_steps_apart_and_marks_the_current_buffer() {
+        let rows = [TagRecord {
+            tag: Tag::new("t\"").unwrap(),
+            max_id: 4001,
+            step: 1000,
+            description: None,
+            updated_at_ms: None,
+        }];
+        let html = cache_page(&[snapshot("t\"", true)], Ok(&rows), NOW, None);
         assert!(html.contains("t&quot;"), "{html}");
         assert!(
-            html.contains("<td class=\"current\">1500</td><td class=\"current\">2001</td>"),
+            html.contains("data-label=\"next load step\">8,000<")
+                && html.contains("data-label=\"stored step\">1,000<"),
             "{html}"
         );
         assert!(
-            html.contains("<td>2001</td><td>4001</td><td>2000</td>"),
+            html.contains("<td class=\"num cur\" data-label=\"A next id\">1,500</td>"),
             "{html}"
         );
+        assert!(
+            html.contains("<td class=\"num\" data-label=\"B max\">4,001</td>"),
+            "{html}"
+        );
+        assert!(html.contains(">1 h 36 m<"), "{html}");
+        assert!(html.contains("<th colspan=\"3\">buffer A</th>"), "{html}");
+    }
+
+    #[test]
+    fn a_tag_never_loaded_says_so_instead_of_zeros() {
+        let html = cache_page(&[snapshot("idle", false)], Err("store down"), NOW, None);
+        assert!(html.contains("not loaded"), "{html}");
+        assert!(!html.contains("class=\"num cur\""), "{html}");
+        assert!(
+            html.contains("stored steps are unavailable: store down"),
+            "{html}"
+        );
+        // A stored tag the allocator does not know yet is listed too.
+        let rows = [TagRecord {
+            tag: Tag::new("new").unwrap(),
+            max_id: 1,
+            step: 500,
+            description: None,
+            updated_at_ms: None,
+        }];
+        let html = cache_page(&[], Ok(&rows), NOW, None);
+        assert!(
+            html.contains(
+                "data-label=\"tag\">new</td><td class=\"muted\" data-label=\"state\">not loaded"
+            ),
+            "{html}"
+        );
+        assert!(html.contains("data-label=\"stored step\">500<"), "{html}");
     }
 }

@@ -22,6 +22,7 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Shared {
+    node: Node,
     admin_token: String,
     max_batch: usize,
     max_body_bytes: usize,
@@ -42,8 +43,18 @@ impl AppState {
         snowflake: Option<SnowflakeService>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let started_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         AppState {
             inner: Arc::new(Shared {
+                node: Node {
+                    name: config.name.clone(),
+                    listen: config.server.listen.to_string(),
+                    started_ms,
+                    segment_store: config.segment.store.name(),
+                    snowflake_mode: config.snowflake.mode.name(),
+                },
                 admin_token: config.server.admin_token.clone(),
                 max_batch: config.server.max_batch,
                 max_body_bytes: config.server.max_body_bytes,
@@ -54,6 +65,11 @@ impl AppState {
                 metrics,
             }),
         }
+    }
+
+    /// What the console says of this node.
+    pub fn node(&self) -> &Node {
+        &self.inner.node
     }
 
     /// The configured admin token; empty when none.
@@ -129,6 +145,22 @@ impl AppState {
             )
         })
     }
+}
+
+/// The node as the console shows it: its configuration's name, address and modes, and when
+/// it started.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Leaf's `name`.
+    pub name: String,
+    /// `server.listen` as configured.
+    pub listen: String,
+    /// When the state was made (the process's start, near enough), Unix ms.
+    pub started_ms: u64,
+    /// `segment.store`.
+    pub segment_store: &'static str,
+    /// `snowflake.mode`.
+    pub snowflake_mode: &'static str,
 }
 
 /// Segment mode: the allocator and whether its start-up (`init`) has succeeded.

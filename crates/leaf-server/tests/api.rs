@@ -480,8 +480,6 @@ async fn disabled_modes_answer_404_saying_so() {
         "/api/segment/get/",
         "/v1/segment/t?count=2",
         "/v1/tags",
-        "/cache",
-        "/db",
     ] {
         let m = get(&f.app, uri).await.error(404, 404);
         assert!(m.contains("segment mode is disabled"), "{uri}: {m}");
@@ -494,6 +492,17 @@ async fn disabled_modes_answer_404_saying_so() {
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["segment"]["enabled"], false);
     assert_eq!(r.json()["snowflake"]["enabled"], false);
+    // The console's pages say so, as pages.
+    for (uri, says) in [
+        ("/", "disabled"),
+        ("/cache", "Segment mode is disabled"),
+        ("/db", "Segment mode is disabled"),
+        ("/snowflake", "Snowflake mode is disabled"),
+    ] {
+        let r = get(&f.app, uri).await;
+        assert_eq!(r.status, 200, "{uri}");
+        assert!(r.text().contains(says), "{uri}: {}", r.text());
+    }
 
     // One mode off leaves the other serving.
     let f = Setup {
@@ -937,6 +946,79 @@ async fn monitor_pages_are_escaped_html() {
 }
 
 #[tokio::test]
+async fn the_console_shows_the_node_and_every_page_links_to_the_others() {
+    let f = fixture().await;
+    plain_id(&get(&f.app, "/api/segment/get/t").await);
+    let pages = ["/", "/cache", "/db", "/snowflake"];
+    for uri in pages {
+        let r = get(&f.app, uri).await;
+        assert_eq!(r.status, 200, "{uri}: {}", r.text());
+        assert!(
+            r.headers[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"),
+            "{uri}"
+        );
+        let html = r.text();
+        assert!(html.contains("name=\"viewport\""), "{uri}");
+        assert!(
+            html.contains("Generated 20"),
+            "{uri}: no time of generation"
+        );
+        for href in pages.iter().chain(&["/metrics"]) {
+            assert!(
+                html.contains(&format!("href=\"{href}\"")),
+                "{uri} lacks {href}"
+            );
+        }
+        assert!(!html.contains("<script"), "{uri}");
+        // Pages reveal business volume: the admin rule applies.
+        send(&f.app, Method::GET, uri, REMOTE, &[], None)
+            .await
+            .error(403, 403);
+    }
+    let index = get(&f.app, "/").await.text();
+    for shown in [
+        "10.0.0.1:8080",
+        concat!("leaf-server ", env!("CARGO_PKG_VERSION")),
+        "store <code>sqlite</code>",
+        "workerId mode <code>local</code>",
+        "worker id 5",
+    ] {
+        assert!(index.contains(shown), "{shown}: {index}");
+    }
+    let cache = get(&f.app, "/cache").await.text();
+    assert!(cache.contains("data-label=\"stored step\">10<"), "{cache}");
+    assert!(
+        cache.contains("not loaded"),
+        "leaf-segment-test was never asked for: {cache}"
+    );
+    let sf = get(&f.app, "/snowflake").await.text();
+    assert!(sf.contains("issuing"), "{sf}");
+    assert!(sf.contains("Worker id</dt><dd>5 (of 0..=1,023)"), "{sf}");
+}
+
+#[tokio::test]
+async fn console_refresh_is_opt_in_and_checked() {
+    let f = fixture().await;
+    let html = get(&f.app, "/cache?refresh=5").await.text();
+    assert!(
+        html.contains("http-equiv=\"refresh\" content=\"5\""),
+        "{html}"
+    );
+    assert!(!get(&f.app, "/cache").await.text().contains("http-equiv"));
+    for bad in [
+        "/cache?refresh=0",
+        "/?refresh=x",
+        "/db?refresh=3601",
+        "/snowflake?color=red",
+    ] {
+        get(&f.app, bad).await.error(400, 400);
+    }
+}
+
+#[tokio::test]
 async fn segment_store_down_is_503_with_retry_after() {
     let f = fixture().await;
     f.store.fail(true);
@@ -1198,6 +1280,13 @@ async fn health_ready_and_metrics() {
     }
     assert!(
         text.contains("leaf_segment_remaining{tag=\"t\"} "),
+        "{text}"
+    );
+    // A tag nobody asked for is known but not loaded: no "remaining 0" to alert on.
+    has("leaf_segment_loaded{tag=\"t\"} 1");
+    has("leaf_segment_loaded{tag=\"leaf-segment-test\"} 0");
+    assert!(
+        !text.contains("leaf_segment_remaining{tag=\"leaf-segment-test\"}"),
         "{text}"
     );
     assert!(

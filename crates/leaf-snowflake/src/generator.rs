@@ -139,6 +139,11 @@ impl Snowflake {
         &self.inner.config
     }
 
+    /// The node identity the worker id was asked for.
+    pub fn identity(&self) -> &NodeIdentity {
+        &self.inner.identity
+    }
+
     /// The worker id in use (or last used).
     pub fn worker_id(&self) -> u64 {
         self.inner.lock().lease.worker_id
@@ -149,7 +154,8 @@ impl Snowflake {
         let inner = &*self.inner;
         let g = inner.lock();
         let now = inner.clock.now_ms();
-        let fenced = g.fenced(inner.clock.monotonic());
+        let mono = inner.clock.monotonic();
+        let fenced = g.fenced(mono);
         let max_wait = millis(inner.config.max_startup_wait);
         let state = match (&g.run, g.clock_ahead) {
             (Run::Closed, _) => SnowflakeState::Closed,
@@ -176,7 +182,12 @@ impl Snowflake {
             },
         };
         SnowflakeStatus {
+            mode: inner.registry.mode(),
             worker_id: g.lease.worker_id,
+            lease_ttl_ms: g.lease.ttl.map(millis),
+            lease_valid_for_ms: g
+                .valid_until
+                .map(|until| millis(until.saturating_sub(mono))),
             state,
             durable_mark_ms: g.durable_mark,
             last_timestamp_ms: g.last_issued_ms,

@@ -2,9 +2,18 @@
 
 /// A snapshot of the generator, from [`Snowflake::status`](crate::Snowflake::status).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct SnowflakeStatus {
+    /// The registry's workerId mode (`local`, `zk_recycle`, ...).
+    pub mode: &'static str,
     /// The worker id in use (or last used, after the lease was lost).
     pub worker_id: u64,
+    /// The lease's TTL, where the registry can take the id away (recycling modes, and
+    /// `zk_normal` with `fence_on_disconnect`); `None` otherwise.
+    pub lease_ttl_ms: Option<u64>,
+    /// How long issuing may go on without another successful renewal (the fencing deadline
+    /// minus now, 0 once passed), where the lease has a TTL; `None` otherwise.
+    pub lease_valid_for_ms: Option<u64>,
     /// Whether IDs can be issued now, and if not why.
     pub state: SnowflakeState,
     /// The last time mark the registry confirmed as durable (Unix ms); no ID carries a later

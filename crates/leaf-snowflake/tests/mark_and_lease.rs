@@ -239,10 +239,15 @@ async fn fencing_stops_issuing_when_the_lease_ttl_runs_out() {
     };
     // Valid until 5 s - 1 s after the monotonic time read before the first renewal.
     let sf = start(&reg, &clock, config).await;
-    assert!(sf.status().lease_valid);
+    let status = sf.status();
+    assert!(status.lease_valid);
+    assert_eq!(status.lease_ttl_ms, Some(5000));
+    assert_eq!(status.lease_valid_for_ms, Some(4000));
     clock.advance(ms(3999));
     sf.next_id().await.unwrap();
+    assert_eq!(sf.status().lease_valid_for_ms, Some(1));
     clock.advance(MS);
+    assert_eq!(sf.status().lease_valid_for_ms, Some(0));
     assert!(matches!(sf.next_id().await, Err(Error::LeaseLost(_))));
     assert!(matches!(sf.next_ids(2).await, Err(Error::LeaseLost(_))));
     let status = sf.status();

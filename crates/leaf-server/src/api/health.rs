@@ -67,11 +67,25 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         out.sample("leaf_segment_ready", &[], f64::from(u8::from(s.is_ready())));
         let snaps = s.allocator().snapshot();
         out.family(
-            "leaf_segment_remaining",
-            "IDs left in a tag's current and next segment",
+            "leaf_segment_loaded",
+            "A tag holds a segment (0: known, never used since start-up)",
             "gauge",
         );
         for t in &snaps {
+            out.sample(
+                "leaf_segment_loaded",
+                &[("tag", t.tag.as_str())],
+                f64::from(u8::from(t.initialized)),
+            );
+        }
+        // Only loaded tags: a tag nobody asked for has nothing left, and an alert on
+        // "remaining = 0" must not fire for it.
+        out.family(
+            "leaf_segment_remaining",
+            "IDs left in a loaded tag's current and next segment",
+            "gauge",
+        );
+        for t in snaps.iter().filter(|t| t.initialized) {
             out.sample(
                 "leaf_segment_remaining",
                 &[("tag", t.tag.as_str())],

@@ -2,6 +2,7 @@
 //! readiness and metrics. [`app`] builds the router; it needs no socket, so tests drive it with
 //! `tower::ServiceExt::oneshot`.
 
+mod console;
 mod health;
 mod leaf;
 mod tags;
@@ -65,8 +66,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/time", get(crate::peer_clock::time_route))
         .route("/v1/tags", get(tags::list_tags).post(tags::create_tag))
         .route("/v1/tags/{*tag}", patch(tags::update_tag))
-        .route("/cache", get(tags::cache_page))
-        .route("/db", get(tags::db_page))
+        // The console.
+        .route("/", get(console::index))
+        .route("/cache", get(console::cache))
+        .route("/db", get(console::db))
+        .route("/snowflake", get(console::snowflake))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
@@ -145,7 +149,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
     }
 }
 
-/// A JSON body of any content type, within the body limit; errors are JSON.
+/// A JSON body sent as `application/json` (415 otherwise), within the body limit; errors are
+/// JSON.
 pub(super) struct JsonBody<T>(pub(super) T);
 
 impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {

@@ -1,18 +1,17 @@
-//! The admin routes: the tag table (`/v1/tags*`) and the monitor pages (`/cache`, `/db`).
+//! The admin routes of the tag table (`/v1/tags*`).
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use leaf_core::{NewTag, Tag, TagRecord, TagUpdate};
 use leaf_segment::TagSnapshot;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{JsonBody, RestPath};
-use crate::admin::{Admin, AdminPage};
+use crate::admin::Admin;
 use crate::error::{ApiError, Origin};
-use crate::pages;
 use crate::state::AppState;
 
 #[derive(Serialize)]
@@ -148,25 +147,4 @@ pub(super) async fn update_tag(
     allocator.forget_miss(tag.as_str());
     tracing::info!(tag = %tag, step = record.step, "tag updated");
     Ok(Json(TagJson::new(record, None)))
-}
-
-pub(super) async fn cache_page(
-    _: AdminPage,
-    State(state): State<AppState>,
-) -> Result<Html<String>, ApiError> {
-    let allocator = state.segment()?;
-    Ok(Html(pages::cache_page(&allocator.snapshot())))
-}
-
-pub(super) async fn db_page(
-    _: AdminPage,
-    State(state): State<AppState>,
-) -> Result<Html<String>, ApiError> {
-    let allocator = state.segment()?;
-    let rows = allocator
-        .store()
-        .list()
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
-    Ok(Html(pages::db_page(&rows)))
 }

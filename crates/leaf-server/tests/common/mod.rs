@@ -173,11 +173,25 @@ impl Reply {
 
 /// A minimal HTTP/1.1 client: one request per connection.
 pub(crate) fn http(port: u16, method: &str, path: &str) -> std::io::Result<Reply> {
+    http_with(port, method, path, &[], "")
+}
+
+/// [`http`] with extra header lines (`"Name: value"`) and a body.
+pub(crate) fn http_with(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &str,
+) -> std::io::Result<Reply> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{extra}\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
     )?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
