@@ -18,7 +18,16 @@ use tokio::sync::Mutex;
 
 use crate::client::Conn;
 use crate::config::EtcdConfig;
-use crate::error::is_lease_gone;
+use crate::error::{BACKEND, is_lease_gone, map_etcd};
+
+/// How many leases `acquire` is granted, each lost before its claim (expired or revoked),
+/// before it gives up with `Unavailable` for the caller to retry later.
+const CLAIM_LEASES: usize = 3;
+
+/// How many times a mark write is sent when it finds the mark changed by an earlier write of
+/// its own claim (one whose answer was lost): each try learns the current revision, so a second
+/// conflict needs yet another unseen write landing in between.
+const MARK_WRITE_TRIES: usize = 3;
 
 /// The `etcd` workerId mode; see the crate docs for the keys and the transactions.
 pub struct EtcdRegistry {
@@ -31,13 +40,25 @@ pub struct EtcdRegistry {
     held: HeldCache,
     /// The claim held, if any. Locked before `held` by every call.
     lease: Mutex<Option<Claim>>,
+    /// How many granted leases `acquire` revokes before claiming; see
+    /// [`revoke_granted_leases`](Self::revoke_granted_leases).
+    #[cfg(feature = "_test-hooks")]
+    revoke_granted: std::sync::atomic::AtomicU32,
 }
 
-/// One claim of a worker id: the etcd lease that `workers/{id}` is attached to.
+/// One claim of a worker id: the etcd lease that `workers/{id}` is attached to, and what this
+/// claim knows of `marks/{id}`.
 #[derive(Clone, Copy, Debug)]
 struct Claim {
     worker_id: u64,
     lease_id: i64,
+    /// The `mod_revision` of `marks/{id}` as this claim last wrote or read it (0: no key, as
+    /// etcd compares a missing key). Every mark write requires it unchanged, so that a write
+    /// whose answer was lost cannot land after a later one and lower the mark.
+    mark_rev: i64,
+    /// The highest mark stored for this claim (at the claim, then by its renewals): a renewal
+    /// never writes less (marks only rise); only the release's final mark may be lower.
+    renewed: u64,
 }
 
 impl Claim {
@@ -68,6 +89,26 @@ impl fmt::Debug for EtcdRegistry {
 struct Claimed {
     worker_id: u64,
     mark: Option<u64>,
+    /// The `mod_revision` of `marks/{id}` read by the claim (0: no key).
+    mark_rev: i64,
+}
+
+/// How a claim with one lease ended.
+enum ClaimOutcome {
+    Claimed(Claimed),
+    /// The lease was gone (expired or revoked) when the claim's put came: nothing was claimed.
+    LeaseGone,
+}
+
+/// What a mark write settles for when it finds the mark changed by an unseen write of its
+/// own claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MarkWrite {
+    /// A renewal's: a stored mark at least as high is as good as its own (marks only rise).
+    Renewal,
+    /// The release's final mark, the last timestamp issued: written as it is, even below the
+    /// stored mark, so that a clean restart needs no wait.
+    Final,
 }
 
 impl EtcdRegistry {
@@ -86,6 +127,8 @@ impl EtcdRegistry {
             conn: Conn::new(config),
             held: HeldCache::new(),
             lease: Mutex::new(None),
+            #[cfg(feature = "_test-hooks")]
+            revoke_granted: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -134,7 +177,7 @@ impl EtcdRegistry {
         req: &AcquireRequest,
         lease_id: i64,
         ttl: Duration,
-    ) -> Result<Claimed> {
+    ) -> Result<ClaimOutcome> {
         let mut c = client.clone();
         let listed = self
             .conn
@@ -175,19 +218,36 @@ impl EtcdRegistry {
                     ),
                     TxnOp::get(mark_key.clone(), None),
                 ]);
-            let resp = self.conn.call("claiming a worker id", c.txn(txn)).await?;
+            let what = "claiming a worker id";
+            let resp = leaf_core::bounded(BACKEND, self.conn.timeout(), what, async {
+                match c.txn(txn).await {
+                    Ok(r) => Ok(Some(r)),
+                    // etcd refuses a put under a lease it no longer knows ("requested lease not
+                    // found"): the lease expired since its grant, a new one can still claim.
+                    Err(e) if is_lease_gone(&e) => Ok(None),
+                    Err(e) => Err(map_etcd(e, what)),
+                }
+            })
+            .await?;
+            let Some(resp) = resp else {
+                return Ok(ClaimOutcome::LeaseGone);
+            };
             if !resp.succeeded() {
                 continue; // taken meanwhile
             }
-            let mark = resp
-                .op_responses()
-                .into_iter()
-                .find_map(|r| match r {
-                    TxnOpResponse::Get(g) => Some(parse_mark(g.kvs(), &mark_key)),
-                    _ => None,
-                })
+            let read = resp.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Get(g) => Some(g),
+                _ => None,
+            });
+            let mark = read
+                .as_ref()
+                .map(|g| parse_mark(g.kvs(), &mark_key))
                 .transpose()?
                 .flatten();
+            let mark_rev = read
+                .as_ref()
+                .and_then(|g| g.kvs().first())
+                .map_or(0, |kv| kv.mod_revision());
             if let Some(m) = mark.filter(|m| *m > req.now_ms.saturating_add(req.max_ahead_ms)) {
                 // Another machine's clock ran fast: give the id back and try the next one.
                 tracing::warn!(
@@ -203,10 +263,11 @@ impl EtcdRegistry {
                 ahead = ahead.max(Some((m, id)));
                 continue;
             }
-            return Ok(Claimed {
+            return Ok(ClaimOutcome::Claimed(Claimed {
                 worker_id: id,
                 mark,
-            });
+                mark_rev,
+            }));
         }
         let max = req.max_worker_id;
         Err(match ahead {
@@ -251,26 +312,124 @@ impl EtcdRegistry {
         .await
     }
 
-    /// Writes `mark_ms` to `marks/{id}` if `workers/{id}` is still under `lease_id`; `false`
-    /// when it is not (expired, or another claim's).
-    async fn write_mark(&self, client: &Client, claim: Claim, mark_ms: u64) -> Result<bool> {
+    /// Writes `mark_ms` to `marks/{id}` if `workers/{id}` is still under the claim's lease and
+    /// the mark unchanged since the claim last saw it: the mark then stored, `None` when the
+    /// key is not under the lease (expired, or another claim's). `claim.mark_rev` follows what
+    /// the writes learn.
+    ///
+    /// A changed mark under this claim's lease was written by this claim (an earlier write
+    /// whose answer was lost, landed since): a renewal keeps it if it is at least `mark_ms`,
+    /// else writes over it, as the release's final mark does, comparing the new revision.
+    async fn write_mark(
+        &self,
+        client: &Client,
+        claim: &mut Claim,
+        mark_ms: u64,
+        kind: MarkWrite,
+    ) -> Result<Option<u64>> {
         let mut c = client.clone();
-        let txn = Txn::new()
-            .when([Compare::lease(
-                self.worker_key(claim.worker_id),
-                CompareOp::Equal,
-                claim.lease_id,
-            )])
-            .and_then([TxnOp::put(
-                self.mark_key(claim.worker_id),
-                mark_ms.to_string(),
-                None,
-            )]);
-        Ok(self
-            .conn
-            .call("the mark write", c.txn(txn))
-            .await?
-            .succeeded())
+        let mark_key = self.mark_key(claim.worker_id);
+        for _ in 0..MARK_WRITE_TRIES {
+            let resp = self
+                .conn
+                .call("the mark write", c.txn(self.mark_txn(claim, mark_ms)))
+                .await?;
+            if resp.succeeded() {
+                // A transaction's writes all take its revision, the one its header reports;
+                // without one, the next write finds the key changed and reads it.
+                claim.mark_rev = resp.header().map_or(0, |h| h.revision());
+                return Ok(Some(mark_ms));
+            }
+            let read: Vec<_> = resp
+                .op_responses()
+                .into_iter()
+                .filter_map(|r| match r {
+                    TxnOpResponse::Get(g) => Some(g),
+                    _ => None,
+                })
+                .collect();
+            let [worker, mark] = read.as_slice() else {
+                return Err(Error::backend(
+                    BACKEND,
+                    "a failed mark write did not answer with the worker and mark keys",
+                ));
+            };
+            let ours = worker
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.lease() == claim.lease_id);
+            if !ours {
+                return Ok(None);
+            }
+            claim.mark_rev = mark.kvs().first().map_or(0, |kv| kv.mod_revision());
+            let stored = parse_mark(mark.kvs(), &mark_key)?;
+            tracing::debug!(
+                worker_id = claim.worker_id,
+                ?stored,
+                mark_ms,
+                "the mark changed since this claim last wrote it (an earlier write landed late)"
+            );
+            if let Some(stored) = stored.filter(|m| kind == MarkWrite::Renewal && *m >= mark_ms) {
+                return Ok(Some(stored));
+            }
+        }
+        Err(Error::Unavailable(
+            "the worker id's mark kept changing under this node's writes".into(),
+        ))
+    }
+
+    /// `If(lease(workers/{id}) == L and mod_revision(marks/{id}) == R) Then(put marks/{id})
+    /// Else(get workers/{id}, get marks/{id})`. The put is never under a lease: the mark
+    /// outlives every owner.
+    fn mark_txn(&self, claim: &Claim, mark_ms: u64) -> Txn {
+        let (worker, mark) = (
+            self.worker_key(claim.worker_id),
+            self.mark_key(claim.worker_id),
+        );
+        Txn::new()
+            .when([
+                Compare::lease(worker.clone(), CompareOp::Equal, claim.lease_id),
+                Compare::mod_revision(mark.clone(), CompareOp::Equal, claim.mark_rev),
+            ])
+            .and_then([TxnOp::put(mark.clone(), mark_ms.to_string(), None)])
+            .or_else([TxnOp::get(worker, None), TxnOp::get(mark, None)])
+    }
+
+    /// Test hook: the transaction a renewal of `lease` with `mark_ms` would send now for its
+    /// mark write, built and not sent (`None` if the lease is not held), so that a test can
+    /// send it later, as a write whose answer was lost lands late.
+    #[cfg(feature = "_test-hooks")]
+    #[doc(hidden)]
+    pub async fn mark_write_txn(&self, lease: &Lease, mark_ms: u64) -> Option<Txn> {
+        let state = self.lease.lock().await;
+        let claim = state.filter(|c| c.is(lease))?;
+        Some(self.mark_txn(&claim, mark_ms.max(claim.renewed)))
+    }
+
+    /// Test hook: `acquire` revokes the next `n` leases it is granted before claiming with
+    /// them, as if each expired between the grant and the claim.
+    #[cfg(feature = "_test-hooks")]
+    #[doc(hidden)]
+    pub fn revoke_granted_leases(&self, n: u32) {
+        self.revoke_granted
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Test hook: revokes `lease_id` if [`revoke_granted_leases`](Self::revoke_granted_leases)
+    /// asked for it.
+    #[cfg(feature = "_test-hooks")]
+    async fn revoke_if_asked(&self, client: &Client, lease_id: i64) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let asked = self
+            .revoke_granted
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if asked.is_ok() {
+            let mut c = client.clone();
+            self.conn
+                .call("revoking a lease (test hook)", c.lease_revoke(lease_id))
+                .await?;
+        }
+        Ok(())
     }
 }
 
@@ -308,26 +467,46 @@ impl WorkerIdRegistry for EtcdRegistry {
         // No start from the cache file: the cached id may have been recycled meanwhile.
         let client = self.conn.client().await?;
         let mut c = client.clone();
-        let granted = self
-            .conn
-            .call(
-                "granting a lease",
-                c.lease_grant(self.config.lease_ttl_s(), None),
-            )
-            .await?;
-        let lease_id = granted.id();
-        // What etcd counts down is what the caller fences on (etcd may raise a TTL below its
-        // minimum, never lower one).
-        let ttl = match granted.ttl() {
-            t if t > 0 => Duration::from_secs(t as u64),
-            _ => ttl,
-        };
-        let claimed = match self.claim(&client, req, lease_id, ttl).await {
-            Ok(c) => c,
-            Err(e) => {
-                // What this lease claimed (an answer lost, say) comes back now, not after the TTL.
-                self.revoke_quietly(&client, lease_id).await;
-                return Err(e);
+        let mut granted_leases = 0;
+        let (lease_id, ttl, claimed) = loop {
+            let granted = self
+                .conn
+                .call(
+                    "granting a lease",
+                    c.lease_grant(self.config.lease_ttl_s(), None),
+                )
+                .await?;
+            granted_leases += 1;
+            let lease_id = granted.id();
+            // What etcd counts down is what the caller fences on (etcd may raise a TTL below
+            // its minimum, never lower one).
+            let ttl = match granted.ttl() {
+                t if t > 0 => Duration::from_secs(t as u64),
+                _ => ttl,
+            };
+            #[cfg(feature = "_test-hooks")]
+            self.revoke_if_asked(&client, lease_id).await?;
+            match self.claim(&client, req, lease_id, ttl).await {
+                Ok(ClaimOutcome::Claimed(claimed)) => break (lease_id, ttl, claimed),
+                // A pause longer than the TTL between grant and claim: nothing was claimed,
+                // a fresh lease may well get through.
+                Ok(ClaimOutcome::LeaseGone) if granted_leases < CLAIM_LEASES => {
+                    tracing::warn!(
+                        lease_id,
+                        "the lease expired before its claim; granting another"
+                    );
+                }
+                Ok(ClaimOutcome::LeaseGone) => {
+                    return Err(Error::Unavailable(
+                        "etcd leases expired before they could claim a worker id".into(),
+                    ));
+                }
+                Err(e) => {
+                    // What this lease claimed (an answer lost, say) comes back now, not after
+                    // the TTL.
+                    self.revoke_quietly(&client, lease_id).await;
+                    return Err(e);
+                }
             }
         };
         let worker_id = claimed.worker_id;
@@ -350,22 +529,32 @@ impl WorkerIdRegistry for EtcdRegistry {
         *state = Some(Claim {
             worker_id,
             lease_id,
+            mark_rev: claimed.mark_rev,
+            renewed: claimed.mark.unwrap_or(0),
         });
         Ok(lease)
     }
 
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
         let mut state = self.lease.lock().await;
-        let Some(claim) = state.filter(|c| c.is(lease)) else {
+        let Some(mut claim) = state.filter(|c| c.is(lease)) else {
             return Ok(Renewal::LeaseLost);
         };
         let client = self.conn.client().await?;
         let granted = self.keep_alive(&client, claim.lease_id).await?;
         let kept = match granted {
-            Some(ttl) => self
-                .write_mark(&client, claim, mark_ms)
-                .await?
-                .then_some(ttl),
+            Some(ttl) => {
+                let mark_ms = mark_ms.max(claim.renewed);
+                let written = self
+                    .write_mark(&client, &mut claim, mark_ms, MarkWrite::Renewal)
+                    .await;
+                if let Ok(Some(stored)) = written {
+                    claim.renewed = stored;
+                }
+                // What the write learnt (the revision) is kept even when it failed.
+                *state = Some(claim);
+                written?.map(|_| ttl)
+            }
             None => None,
         };
         let Some(ttl) = kept else {
@@ -386,12 +575,16 @@ impl WorkerIdRegistry for EtcdRegistry {
 
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
         let mut state = self.lease.lock().await;
-        let Some(claim) = state.filter(|c| c.is(lease)) else {
+        let Some(mut claim) = state.filter(|c| c.is(lease)) else {
             tracing::debug!(worker_id = lease.worker_id, "release of a lease not held");
             return Ok(());
         };
         let client = self.conn.client().await?;
-        if !self.write_mark(&client, claim, final_mark_ms).await? {
+        let written = self
+            .write_mark(&client, &mut claim, final_mark_ms, MarkWrite::Final)
+            .await;
+        *state = Some(claim);
+        if written?.is_none() {
             // Expired meanwhile: the last renewed mark (above every timestamp issued) stays.
             tracing::warn!(
                 worker_id = claim.worker_id,

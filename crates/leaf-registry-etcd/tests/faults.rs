@@ -353,3 +353,142 @@ async fn a_three_member_cluster_keeps_allocating_with_one_member_stopped() {
     node.release(&lease, now_ms()).await.expect("release");
     cluster.remove().await.expect("remove the cluster");
 }
+
+/// A client of the test's etcd of its own, as another process (or a late packet) would use.
+async fn raw_client(fix: &EtcdFix) -> etcd_client::Client {
+    etcd_client::Client::connect(&fix.config.endpoints, None)
+        .await
+        .expect("a raw etcd client")
+}
+
+/// What `marks/{id}` holds, read straight from etcd.
+async fn stored_mark(raw: &mut etcd_client::Client, fix: &EtcdFix, id: u64) -> Option<u64> {
+    let key = format!("{}/{}/marks/{id}", fix.config.prefix, common::NAME);
+    let got = raw.get(key.as_str(), None).await.expect("read the mark");
+    got.kvs().first().map(|kv| {
+        kv.value_str()
+            .expect("utf-8")
+            .parse()
+            .unwrap_or_else(|e| panic!("{key} holds no mark: {e}"))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_mark_write_never_lowers_the_stored_mark() {
+    let fix = EtcdFix::new().await;
+    let node = fix.registry();
+    let lease = node
+        .acquire(&request(fix_identity(1), 0))
+        .await
+        .expect("acquire");
+    let first = now_ms() + 3000;
+    assert!(node.renew(&lease, first).await.expect("renew").is_ok());
+    // A renewal's mark write whose answer is lost (the client timed out) while the write is
+    // still on its way to etcd: held here, sent after the next renewal.
+    let late_mark = first + 1000;
+    let late = node
+        .mark_write_txn(&lease, late_mark)
+        .await
+        .expect("the lease is held");
+    let high = first + 2000;
+    assert!(node.renew(&lease, high).await.expect("renew").is_ok());
+    let mut raw = raw_client(&fix).await;
+    let landed = raw.txn(late).await.expect("the late write");
+    assert_eq!(
+        stored_mark(&mut raw, &fix, lease.worker_id).await,
+        Some(high),
+        "the mark write of {late_mark} landed after the renewal of {high} (committed: {})",
+        landed.succeeded()
+    );
+    assert!(!landed.succeeded(), "the late write committed");
+    // And the next claimer of the id starts past the high mark.
+    node.abandon(&lease).await;
+    tokio::time::sleep(lease.ttl.expect("ttl") + Duration::from_secs(3)).await;
+    let next = fix.registry();
+    let again = next
+        .acquire(&request(fix_identity(2), 0).with_max_ahead_ms(60_000))
+        .await
+        .expect("acquire after the expiry");
+    assert_eq!(again.worker_id, lease.worker_id);
+    assert!(again.prev_mark_ms >= Some(high), "{:?}", again.prev_mark_ms);
+    next.release(&again, now_ms()).await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_write_of_mine_that_landed_unseen_is_kept_or_raised_never_a_lost_lease() {
+    let fix = EtcdFix::new().await;
+    let mut raw = raw_client(&fix).await;
+    let node = fix.registry();
+    let lease = node
+        .acquire(&request(fix_identity(1), 0))
+        .await
+        .expect("acquire");
+    let id = lease.worker_id;
+    let m = now_ms() + 3000;
+    assert!(node.renew(&lease, m).await.expect("renew").is_ok());
+
+    // A write of this holder lands, its answer lost; the next renewal asks for less: the
+    // stored mark stays, the lease with it.
+    let unseen = node.mark_write_txn(&lease, m + 2000).await.expect("held");
+    assert!(raw.txn(unseen).await.expect("txn").succeeded());
+    let r = node.renew(&lease, m + 1000).await.expect("renew");
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(stored_mark(&mut raw, &fix, id).await, Some(m + 2000));
+
+    // Again, then a renewal that asks for more: written over the unseen one.
+    let unseen = node.mark_write_txn(&lease, m + 3000).await.expect("held");
+    assert!(raw.txn(unseen).await.expect("txn").succeeded());
+    let r = node.renew(&lease, m + 4000).await.expect("renew");
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(stored_mark(&mut raw, &fix, id).await, Some(m + 4000));
+
+    // And the release's final mark (the last timestamp issued, below the renewed marks) is
+    // written over an unseen renewal's too.
+    let unseen = node.mark_write_txn(&lease, m + 5000).await.expect("held");
+    assert!(raw.txn(unseen).await.expect("txn").succeeded());
+    let last = now_ms();
+    node.release(&lease, last).await.expect("release");
+    assert_eq!(stored_mark(&mut raw, &fix, id).await, Some(last));
+    let next = fix.registry();
+    let again = next
+        .acquire(&request(fix_identity(2), 0))
+        .await
+        .expect("acquire");
+    assert_eq!((again.worker_id, again.prev_mark_ms), (id, Some(last)));
+    next.release(&again, now_ms()).await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_between_grant_and_claim_is_granted_again_and_never_stops_the_start() {
+    let fix = EtcdFix::new().await;
+    let node = fix.registry();
+    node.revoke_granted_leases(1);
+    let lease = node
+        .acquire(&request(fix_identity(1), 1023))
+        .await
+        .expect("acquire with the first lease gone before the claim");
+    assert!(
+        node.renew(&lease, now_ms() + 3000)
+            .await
+            .expect("renew")
+            .is_ok()
+    );
+
+    // Every lease gone before its claim: a bounded number of tries, then a retryable error
+    // (the server's start-up retries it), never `NotFound`.
+    let other = fix.registry();
+    other.revoke_granted_leases(u32::MAX);
+    let e = other
+        .acquire(&request(fix_identity(2), 1023))
+        .await
+        .expect_err("every lease gone before its claim");
+    assert!(matches!(e, Error::Unavailable(_)), "{e}");
+    other.revoke_granted_leases(0);
+    let theirs = other
+        .acquire(&request(fix_identity(2), 1023))
+        .await
+        .expect("acquire");
+    assert_ne!(theirs.worker_id, lease.worker_id);
+    other.release(&theirs, now_ms()).await.expect("release");
+    node.release(&lease, now_ms()).await.expect("release");
+}

@@ -489,6 +489,29 @@ mod tests {
     }
 
     #[test]
+    fn etcd_lease_ttls_are_whole_seconds_at_load() {
+        // etcd leases count seconds; leaf-registry-etcd refuses anything else, and the
+        // server must say so when it reads its configuration, not when it starts the registry.
+        let toml = |ttl: u64| {
+            format!("[snowflake]\nmode = \"etcd\"\n[snowflake.etcd]\nlease_ttl_ms = {ttl}\n")
+        };
+        for ttl in [3500, 10_001, 1_999] {
+            let e = match load_toml(&toml(ttl), &[]) {
+                Ok(_) => {
+                    panic!("snowflake.etcd.lease_ttl_ms = {ttl} passes the configuration load")
+                }
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains("snowflake.etcd.lease_ttl_ms"), "{ttl}: {e}");
+            assert!(e.contains("whole number of seconds"), "{ttl}: {e}");
+        }
+        for ttl in [4000, 10_000] {
+            let loaded = load_toml(&toml(ttl), &[]).unwrap_or_else(|e| panic!("{ttl}: {e}"));
+            assert_eq!(loaded.config.snowflake.etcd.lease_ttl_ms, ttl);
+        }
+    }
+
+    #[test]
     fn mysql_backends_need_mysql_urls_and_the_message_hides_the_password() {
         let e = load(
             None,

@@ -261,6 +261,17 @@ impl SnowflakeSection {
                 HOUR_MS,
             ),
         ])?;
+        // leaf-registry-etcd's rule (etcd leases count seconds), here so that a bad value is
+        // refused with the configuration, not when the registry starts.
+        if !self.etcd.lease_ttl_ms.is_multiple_of(1000) {
+            return bad(
+                "snowflake.etcd.lease_ttl_ms",
+                format!(
+                    "must be a whole number of seconds (etcd leases count seconds), got {}",
+                    self.etcd.lease_ttl_ms
+                ),
+            );
+        }
         // The generator's own timing rules, once, named by these keys.
         self.generator_config(self.layout()?)
             .validate()
