@@ -261,7 +261,8 @@ impl HeldCacheGuard<'_> {
         self.0.renewed = 0;
     }
 
-    fn holds(&self, lease: &Lease) -> bool {
+    /// Whether `lease` holds the file.
+    pub fn holds(&self, lease: &Lease) -> bool {
         self.0.holder == Some((lease.worker_id, lease.token)) && self.0.file.is_some()
     }
 
@@ -358,8 +359,22 @@ pub async fn start_from_cache(
     mode: &str,
     cause: &Error,
 ) -> Result<Lease> {
+    let lease = cached_lease(file.path(), cached, req, mode, cause)?;
+    held.hold(&lease, file);
+    Ok(lease)
+}
+
+/// The lease a start from the cache file at `path` takes (see [`start_from_cache`]), without
+/// holding the file.
+pub(crate) fn cached_lease(
+    path: &Path,
+    cached: Option<CacheRecord>,
+    req: &AcquireRequest,
+    mode: &str,
+    cause: &Error,
+) -> Result<Lease> {
     let Some(r) = cached else {
-        tracing::error!(mode, path = %file.path().display(), error = %cause, "registry unreachable and no cached worker id");
+        tracing::error!(mode, path = %path.display(), error = %cause, "registry unreachable and no cached worker id");
         return Err(Error::Unavailable(format!(
             "the {mode} registry cannot be reached and the cache file holds no worker id to \
              start from"
@@ -379,9 +394,10 @@ pub async fn start_from_cache(
         error = %cause,
         "registry unreachable: starting from the worker id cache file"
     );
-    let lease = Lease::new(r.worker_id, (r.mark_ms > 0).then_some(r.mark_ms));
-    held.hold(&lease, file);
-    Ok(lease)
+    Ok(Lease::new(
+        r.worker_id,
+        (r.mark_ms > 0).then_some(r.mark_ms),
+    ))
 }
 
 fn parse(text: &str) -> Option<CacheRecord> {

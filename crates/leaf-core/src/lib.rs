@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod cache_file;
+pub mod cached;
 pub mod clock;
 mod error;
 pub mod layout;
@@ -11,6 +12,7 @@ pub mod store;
 mod tag;
 
 pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord, HeldCache, HeldCacheGuard};
+pub use cached::{CachedRegistry, WorkerIdBackend};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, bounded};
 pub use error::{Error, Result};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS};

@@ -8,5 +8,5 @@ mod registry;
 mod store;
 
 pub use config::EtcdConfig;
-pub use registry::EtcdRegistry;
+pub use registry::{EtcdBackend, EtcdRegistry};
 pub use store::EtcdStore;

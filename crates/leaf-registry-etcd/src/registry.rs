@@ -1,5 +1,6 @@
-//! `EtcdRegistry`: the `etcd` workerId mode. Worker ids are claimed under an etcd lease, kept
+//! `EtcdBackend`: the `etcd` workerId mode. Worker ids are claimed under an etcd lease, kept
 //! by renewals, recycled by etcd when a lease expires; each id's mark outlives its leases.
+//! [`EtcdRegistry`] is it with the worker-id cache file.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -8,10 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
-use leaf_core::cache_file::merge_marks;
 use leaf_core::{
-    AcquireRequest, CacheRecord, Error, HeldCache, Lease, LeaseToken, RegistryCapabilities,
-    Renewal, Result, WorkerIdRegistry,
+    AcquireRequest, CachedRegistry, Error, Lease, LeaseToken, RegistryCapabilities, Renewal,
+    Result, WorkerIdBackend,
 };
 use serde::Serialize;
 use tokio::sync::Mutex;
@@ -29,16 +29,18 @@ const CLAIM_LEASES: usize = 3;
 /// conflict needs yet another unseen write landing in between.
 const MARK_WRITE_TRIES: usize = 3;
 
-/// The `etcd` workerId mode; see the crate docs for the keys and the transactions.
-pub struct EtcdRegistry {
+/// The `etcd` workerId mode with the worker-id cache file: what the server runs.
+pub type EtcdRegistry = CachedRegistry<EtcdBackend>;
+
+/// The etcd side of the `etcd` workerId mode; see the crate docs for the keys and the
+/// transactions.
+pub struct EtcdBackend {
     config: EtcdConfig,
     /// `{prefix}/{name}`.
     base: String,
-    cache_dir: PathBuf,
     file_name: String,
     conn: Conn,
-    held: HeldCache,
-    /// The claim held, if any. Locked before `held` by every call.
+    /// The claim held, if any.
     lease: Mutex<Option<Claim>>,
     /// How many granted leases `acquire` revokes before claiming; see
     /// [`revoke_granted_leases`](Self::revoke_granted_leases).
@@ -75,12 +77,11 @@ struct Owner<'a> {
     mode: &'a str,
 }
 
-impl fmt::Debug for EtcdRegistry {
+impl fmt::Debug for EtcdBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdRegistry")
+        f.debug_struct("EtcdBackend")
             .field("endpoints", &self.config.endpoints)
             .field("base", &self.base)
-            .field("cache_dir", &self.cache_dir)
             .finish_non_exhaustive()
     }
 }
@@ -111,25 +112,28 @@ enum MarkWrite {
     Final,
 }
 
-impl EtcdRegistry {
-    /// A registry on the cluster of `config`, for the leaf name `name` (keys under
-    /// `{prefix}/{name}/`), keeping its cache file in `cache_dir`. Nothing is contacted before
-    /// [`acquire`](WorkerIdRegistry::acquire), so this succeeds while etcd is down.
-    pub fn connect(config: &EtcdConfig, cache_dir: PathBuf, name: &str) -> Result<EtcdRegistry> {
+impl EtcdBackend {
+    /// The backend on the cluster of `config`, for the leaf name `name` (keys under
+    /// `{prefix}/{name}/`). Nothing is contacted before the first claim, so this succeeds while
+    /// etcd is down.
+    pub fn connect(config: &EtcdConfig, name: &str) -> Result<EtcdBackend> {
         config.validate()?;
         let base = config.base(name)?;
-        Ok(EtcdRegistry {
+        Ok(EtcdBackend {
             config: config.clone(),
             base,
-            cache_dir,
             // Per mode: a worker id cached by another mode must never serve a start here.
             file_name: format!("worker-etcd-{name}"),
             conn: Conn::new(config),
-            held: HeldCache::new(),
             lease: Mutex::new(None),
             #[cfg(feature = "_test-hooks")]
             revoke_granted: std::sync::atomic::AtomicU32::new(0),
         })
+    }
+
+    /// This backend with its cache file in `cache_dir`: the registry the server runs.
+    pub fn registry(self, cache_dir: impl Into<PathBuf>) -> EtcdRegistry {
+        CachedRegistry::new(self, cache_dir)
     }
 
     fn workers_dir(&self) -> String {
@@ -142,20 +146,6 @@ impl EtcdRegistry {
 
     fn mark_key(&self, id: u64) -> String {
         format!("{}/marks/{id}", self.base)
-    }
-
-    /// The configured TTL, refused with `Config` when the caller could not renew in time.
-    fn check_ttl(&self, req: &AcquireRequest) -> Result<Duration> {
-        let ttl = Duration::from_millis(self.config.lease_ttl_ms);
-        if ttl <= req.min_ttl() {
-            return Err(Error::Config(format!(
-                "lease_ttl_ms {} must be above {} ms, the generator's renew period plus fencing \
-                 margin plus latency allowance",
-                ttl.as_millis(),
-                req.min_ttl().as_millis()
-            )));
-        }
-        Ok(ttl)
     }
 
     /// Revokes `lease_id`, logging a failure (the lease then simply expires).
@@ -171,7 +161,7 @@ impl EtcdRegistry {
     }
 
     /// Claims the lowest free id whose mark is not too far ahead, under `lease_id`.
-    async fn claim(
+    async fn claim_with(
         &self,
         client: &Client,
         req: &AcquireRequest,
@@ -449,7 +439,7 @@ fn parse_mark(kvs: &[etcd_client::KeyValue], key: &str) -> Result<Option<u64>> {
 }
 
 #[async_trait]
-impl WorkerIdRegistry for EtcdRegistry {
+impl WorkerIdBackend for EtcdBackend {
     fn mode(&self) -> &'static str {
         "etcd"
     }
@@ -458,13 +448,20 @@ impl WorkerIdRegistry for EtcdRegistry {
         RegistryCapabilities::new(true, true)
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
-        let ttl = self.check_ttl(req)?;
+    fn cache_file_name(&self) -> &str {
+        &self.file_name
+    }
+
+    fn lease_ttl(&self) -> Option<(Duration, &'static str)> {
+        Some((
+            Duration::from_millis(self.config.lease_ttl_ms),
+            "lease_ttl_ms",
+        ))
+    }
+
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
+        let ttl = Duration::from_millis(self.config.lease_ttl_ms);
         let mut state = self.lease.lock().await;
-        let mut held = self.held.lock().await;
-        // The cache directory's lock first: a second process on it must not start at all.
-        let (cache, cached) = held.open_unheld(&self.cache_dir, &self.file_name).await?;
-        // No start from the cache file: the cached id may have been recycled meanwhile.
         let client = self.conn.client().await?;
         let mut c = client.clone();
         let mut granted_leases = 0;
@@ -486,7 +483,7 @@ impl WorkerIdRegistry for EtcdRegistry {
             };
             #[cfg(feature = "_test-hooks")]
             self.revoke_if_asked(&client, lease_id).await?;
-            match self.claim(&client, req, lease_id, ttl).await {
+            match self.claim_with(&client, req, lease_id, ttl).await {
                 Ok(ClaimOutcome::Claimed(claimed)) => break (lease_id, ttl, claimed),
                 // A pause longer than the TTL between grant and claim: nothing was claimed,
                 // a fresh lease may well get through.
@@ -510,22 +507,10 @@ impl WorkerIdRegistry for EtcdRegistry {
             }
         };
         let worker_id = claimed.worker_id;
-        let prev_mark_ms = merge_marks(worker_id, claimed.mark, cached);
-        let written = cache
-            .write(CacheRecord {
-                worker_id,
-                mark_ms: prev_mark_ms.unwrap_or(0),
-            })
-            .await;
-        if let Err(e) = written {
-            self.revoke_quietly(&client, lease_id).await;
-            return Err(e);
-        }
-        let lease = Lease::new(worker_id, prev_mark_ms)
+        let lease = Lease::new(worker_id, claimed.mark)
             .with_ttl(ttl)
             .with_token(LeaseToken::new(lease_id as u64));
-        tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, lease_id, ttl_ms = ttl.as_millis() as u64, "etcd worker id claimed");
-        held.hold(&lease, cache);
+        tracing::info!(worker_id, mark_ms = ?claimed.mark, identity = %req.identity, lease_id, ttl_ms = ttl.as_millis() as u64, "etcd worker id claimed");
         *state = Some(Claim {
             worker_id,
             lease_id,
@@ -564,12 +549,8 @@ impl WorkerIdRegistry for EtcdRegistry {
                 "the worker id's lease is gone (expired or revoked)"
             );
             *state = None;
-            self.held.forget(lease).await;
             return Ok(Renewal::LeaseLost);
         };
-        if !self.held.lock().await.write_mark(lease, mark_ms).await? {
-            return Ok(Renewal::LeaseLost);
-        }
         Ok(Renewal::Ok { ttl: Some(ttl) })
     }
 
@@ -600,12 +581,6 @@ impl WorkerIdRegistry for EtcdRegistry {
             Ok(_) | Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
-        if !self.held.release(lease, final_mark_ms).await? {
-            tracing::debug!(
-                worker_id = claim.worker_id,
-                "cache file not held at release"
-            );
-        }
         *state = None;
         tracing::info!(
             worker_id = claim.worker_id,
@@ -619,7 +594,6 @@ impl WorkerIdRegistry for EtcdRegistry {
         let mut state = self.lease.lock().await;
         if state.is_some_and(|c| c.is(lease)) {
             *state = None;
-            self.held.forget(lease).await;
         }
     }
 }
@@ -627,41 +601,47 @@ impl WorkerIdRegistry for EtcdRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leaf_core::NodeIdentity;
+    use leaf_core::{NodeIdentity, WorkerIdRegistry};
 
-    fn registry(ttl_ms: u64) -> EtcdRegistry {
+    fn backend(ttl_ms: u64) -> EtcdBackend {
         let config = EtcdConfig {
             lease_ttl_ms: ttl_ms,
             ..EtcdConfig::default()
         };
-        EtcdRegistry::connect(&config, PathBuf::from("/nonexistent"), "leaf").unwrap()
+        EtcdBackend::connect(&config, "leaf").unwrap()
     }
 
     #[test]
     fn keys_follow_the_layout() {
-        let r = registry(10_000);
+        let r = backend(10_000);
         assert_eq!(r.worker_key(3), "/leaf/workers/3");
         assert_eq!(r.mark_key(3), "/leaf/marks/3");
         assert_eq!(r.workers_dir(), "/leaf/workers/");
     }
 
-    #[test]
-    fn a_ttl_the_caller_cannot_renew_in_time_is_config_naming_the_field() {
+    #[tokio::test]
+    async fn a_ttl_the_caller_cannot_renew_in_time_is_config_naming_the_field() {
         let req = AcquireRequest::new(NodeIdentity::new("10.0.0.1", 8080), 1023, 0);
-        let e = registry(3000).check_ttl(&req).unwrap_err();
+        let dir = tempfile::tempdir().unwrap();
+        // Refused before etcd (here, none) is contacted.
+        let e = backend(3000)
+            .registry(dir.path())
+            .acquire(&req)
+            .await
+            .unwrap_err();
         assert!(
             matches!(&e, Error::Config(m) if m.starts_with("lease_ttl_ms")),
             "{e}"
         );
         assert_eq!(
-            registry(4000).check_ttl(&req).unwrap(),
-            Duration::from_secs(4)
+            backend(4000).lease_ttl(),
+            Some((Duration::from_secs(4), "lease_ttl_ms"))
         );
     }
 
     #[test]
     fn bad_names_are_refused() {
-        let e = EtcdRegistry::connect(&EtcdConfig::default(), PathBuf::new(), "a/b").unwrap_err();
+        let e = EtcdBackend::connect(&EtcdConfig::default(), "a/b").unwrap_err();
         assert!(matches!(e, Error::Config(_)), "{e}");
     }
 }

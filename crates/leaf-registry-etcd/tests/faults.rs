@@ -387,6 +387,7 @@ async fn a_late_mark_write_never_lowers_the_stored_mark() {
     // still on its way to etcd: held here, sent after the next renewal.
     let late_mark = first + 1000;
     let late = node
+        .backend()
         .mark_write_txn(&lease, late_mark)
         .await
         .expect("the lease is held");
@@ -429,14 +430,22 @@ async fn a_mark_write_of_mine_that_landed_unseen_is_kept_or_raised_never_a_lost_
 
     // A write of this holder lands, its answer lost; the next renewal asks for less: the
     // stored mark stays, the lease with it.
-    let unseen = node.mark_write_txn(&lease, m + 2000).await.expect("held");
+    let unseen = node
+        .backend()
+        .mark_write_txn(&lease, m + 2000)
+        .await
+        .expect("held");
     assert!(raw.txn(unseen).await.expect("txn").succeeded());
     let r = node.renew(&lease, m + 1000).await.expect("renew");
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(stored_mark(&mut raw, &fix, id).await, Some(m + 2000));
 
     // Again, then a renewal that asks for more: written over the unseen one.
-    let unseen = node.mark_write_txn(&lease, m + 3000).await.expect("held");
+    let unseen = node
+        .backend()
+        .mark_write_txn(&lease, m + 3000)
+        .await
+        .expect("held");
     assert!(raw.txn(unseen).await.expect("txn").succeeded());
     let r = node.renew(&lease, m + 4000).await.expect("renew");
     assert!(r.is_ok(), "{r:?}");
@@ -444,7 +453,11 @@ async fn a_mark_write_of_mine_that_landed_unseen_is_kept_or_raised_never_a_lost_
 
     // And the release's final mark (the last timestamp issued, below the renewed marks) is
     // written over an unseen renewal's too.
-    let unseen = node.mark_write_txn(&lease, m + 5000).await.expect("held");
+    let unseen = node
+        .backend()
+        .mark_write_txn(&lease, m + 5000)
+        .await
+        .expect("held");
     assert!(raw.txn(unseen).await.expect("txn").succeeded());
     let last = now_ms();
     node.release(&lease, last).await.expect("release");
@@ -462,7 +475,7 @@ async fn a_mark_write_of_mine_that_landed_unseen_is_kept_or_raised_never_a_lost_
 async fn a_lease_lost_between_grant_and_claim_is_granted_again_and_never_stops_the_start() {
     let fix = EtcdFix::new().await;
     let node = fix.registry();
-    node.revoke_granted_leases(1);
+    node.backend().revoke_granted_leases(1);
     let lease = node
         .acquire(&request(fix_identity(1), 1023))
         .await
@@ -477,13 +490,13 @@ async fn a_lease_lost_between_grant_and_claim_is_granted_again_and_never_stops_t
     // Every lease gone before its claim: a bounded number of tries, then a retryable error
     // (the server's start-up retries it), never `NotFound`.
     let other = fix.registry();
-    other.revoke_granted_leases(u32::MAX);
+    other.backend().revoke_granted_leases(u32::MAX);
     let e = other
         .acquire(&request(fix_identity(2), 1023))
         .await
         .expect_err("every lease gone before its claim");
     assert!(matches!(e, Error::Unavailable(_)), "{e}");
-    other.revoke_granted_leases(0);
+    other.backend().revoke_granted_leases(0);
     let theirs = other
         .acquire(&request(fix_identity(2), 1023))
         .await

@@ -7,5 +7,5 @@ mod registry;
 mod store;
 
 pub use config::{MysqlConfig, MysqlRegistryConfig, MysqlStoreConfig};
-pub use registry::{LEAF_WORKERID_ALLOC_DDL, MysqlRegistry};
+pub use registry::{LEAF_WORKERID_ALLOC_DDL, MysqlBackend, MysqlRegistry};
 pub use store::{LEAF_ALLOC_DDL, MysqlStore};

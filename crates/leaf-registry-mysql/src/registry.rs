@@ -1,5 +1,6 @@
-//! `MysqlRegistry`: the `mysql` workerId mode on the fork's `leaf_workerid_alloc` table, with the
-//! worker-id cache file as its fallback and its durable record of the time mark.
+//! `MysqlBackend`: the `mysql` workerId mode on the fork's `leaf_workerid_alloc` table;
+//! [`MysqlRegistry`] is it with the worker-id cache file, its fallback and its durable record
+//! of the time mark.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -7,10 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use leaf_core::cache_file::{merge_marks, start_from_cache};
 use leaf_core::{
-    AcquireRequest, CacheRecord, Error, HeldCache, Lease, NodeIdentity, RegistryCapabilities,
-    Renewal, Result, WorkerIdRegistry,
+    AcquireRequest, CachedRegistry, Error, Lease, NodeIdentity, RegistryCapabilities, Renewal,
+    Result, WorkerIdBackend,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
 use sqlx::{ConnectOptions, Row};
@@ -26,6 +26,9 @@ pub const LEAF_WORKERID_ALLOC_DDL: &str = "CREATE TABLE leaf_workerid_alloc (id 
 
 /// The configuration key of the registry's URL, named in messages.
 const KEY: &str = "url";
+
+/// The `mysql` workerId mode with the worker-id cache file: what the server runs.
+pub type MysqlRegistry = CachedRegistry<MysqlBackend>;
 
 /// The `mysql` workerId mode, as in the fork (NotFound9/Leaf): each node (`ip:port`) owns one
 /// row of `leaf_workerid_alloc`, and the row's auto-increment `id` **is** its worker id, for
@@ -46,12 +49,10 @@ const KEY: &str = "url";
 /// `172.17.0.2`, say) fails to start with an error naming the identity instead of issuing the
 /// same IDs. If that connection drops, the lock is taken again in the background; if another
 /// process took it meanwhile, the next renewal answers `LeaseLost`.
-pub struct MysqlRegistry {
+pub struct MysqlBackend {
     pool: MySqlPool,
     config: MysqlConfig,
-    cache_dir: PathBuf,
     file_name: String,
-    held: HeldCache,
     /// Serialises mark writes to the server and keeps the identity lock; see [`ServerSide`].
     server: Arc<ServerSide>,
 }
@@ -81,33 +82,31 @@ struct IdentityLock {
     conn: Option<MySqlConnection>,
 }
 
-impl fmt::Debug for MysqlRegistry {
+impl fmt::Debug for MysqlBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MysqlRegistry")
+        f.debug_struct("MysqlBackend")
             .field("url", &self.config.redacted_url())
-            .field("cache_dir", &self.cache_dir)
             .finish_non_exhaustive()
     }
 }
 
-impl MysqlRegistry {
-    /// A registry on the server of `config`, keeping its cache file in `cache_dir` under the
-    /// name `worker-{name}`. Nothing is contacted or locked before
-    /// [`acquire`](WorkerIdRegistry::acquire), so this succeeds while the server is down.
-    pub async fn connect(
-        config: &MysqlRegistryConfig,
-        cache_dir: impl Into<PathBuf>,
-        name: &str,
-    ) -> Result<Self> {
+impl MysqlBackend {
+    /// The backend on the server of `config`; its cache file is named `worker-{name}`. Nothing
+    /// is contacted or locked before the first claim, so this succeeds while the server is
+    /// down.
+    pub fn connect(config: &MysqlRegistryConfig, name: &str) -> Result<Self> {
         let (pool, _) = pool(config, KEY)?;
-        Ok(MysqlRegistry {
+        Ok(MysqlBackend {
             pool,
             config: config.clone(),
-            cache_dir: cache_dir.into(),
             file_name: format!("worker-{name}"),
-            held: HeldCache::new(),
             server: Arc::default(),
         })
+    }
+
+    /// This backend with its cache file in `cache_dir`: the registry the server runs.
+    pub fn registry(self, cache_dir: impl Into<PathBuf>) -> MysqlRegistry {
+        CachedRegistry::new(self, cache_dir)
     }
 
     fn lock_name(&self, identity: &NodeIdentity) -> Result<String> {
@@ -344,7 +343,7 @@ fn too_large(worker_id: u64, identity: &NodeIdentity, max: u64, source: &str) ->
 }
 
 #[async_trait]
-impl WorkerIdRegistry for MysqlRegistry {
+impl WorkerIdBackend for MysqlBackend {
     fn mode(&self) -> &'static str {
         "mysql"
     }
@@ -353,13 +352,13 @@ impl WorkerIdRegistry for MysqlRegistry {
         RegistryCapabilities::new(false, true).with_exclusive_identity(true)
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
-        let mut held = self.held.lock().await;
-        // The cache directory's lock first: a second process on it must not start at all.
-        let (cache, cached) = held.open_unheld(&self.cache_dir, &self.file_name).await?;
+    fn cache_file_name(&self) -> &str {
+        &self.file_name
+    }
 
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
         let limit = self.config.timeout() + self.config.connect_timeout();
-        let found = bounded(limit, "the worker id lookup", async {
+        let (lock, (worker_id, server_mark)) = bounded(limit, "the worker id lookup", async {
             // The identity lock before the row: two processes with one identity must not
             // both start, whoever inserts the row. An abandoned lease kept its lock.
             let lock = match self.server.state.lock().await.lock.take() {
@@ -373,27 +372,7 @@ impl WorkerIdRegistry for MysqlRegistry {
             let row = self.row_for(&req.identity).await?;
             Ok((lock, row))
         })
-        .await;
-        let (lock, (worker_id, server_mark)) = match found {
-            Ok(found) => found,
-            // The server is down: start from the cache file, mark included.
-            Err(e) if e.is_retryable() => {
-                let lease =
-                    start_from_cache(&mut held, cache, cached, req, self.mode(), &e).await?;
-                self.server.lost.store(false, Ordering::Release);
-                // The identity lock is taken by the first renewal that reaches the server; if
-                // another process holds it by then, that renewal loses the lease.
-                *self.server.state.lock().await = ServerState {
-                    released: false,
-                    lock: Some(IdentityLock {
-                        name: self.lock_name(&req.identity)?,
-                        conn: None,
-                    }),
-                };
-                return Ok(lease);
-            }
-            Err(e) => return Err(e),
-        };
+        .await?;
         if worker_id > req.max_worker_id {
             return Err(too_large(
                 worker_id,
@@ -403,18 +382,7 @@ impl WorkerIdRegistry for MysqlRegistry {
             ));
         }
         let server_mark = server_mark.and_then(|m| u64::try_from(m).ok());
-        let prev_mark_ms = merge_marks(worker_id, server_mark, cached);
-        // The cache file learns the worker id now, so that a start while the server is down
-        // finds it; the mark stays the highest known.
-        cache
-            .write(CacheRecord {
-                worker_id,
-                mark_ms: prev_mark_ms.unwrap_or(0),
-            })
-            .await?;
-        tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, "mysql worker id acquired");
-        let lease = Lease::new(worker_id, prev_mark_ms);
-        held.hold(&lease, cache);
+        tracing::info!(worker_id, ?server_mark, identity = %req.identity, "mysql worker id acquired");
         self.server.lost.store(false, Ordering::Release);
         self.server
             .confirmed_mark_ms
@@ -423,50 +391,51 @@ impl WorkerIdRegistry for MysqlRegistry {
             released: false,
             lock: Some(lock),
         };
+        Ok(Lease::new(worker_id, server_mark))
+    }
+
+    async fn resume_offline(&self, req: &AcquireRequest, lease: Lease) -> Result<Lease> {
+        self.server.lost.store(false, Ordering::Release);
+        // The identity lock is taken by the first renewal that reaches the server; if another
+        // process holds it by then, that renewal loses the lease.
+        *self.server.state.lock().await = ServerState {
+            released: false,
+            lock: Some(IdentityLock {
+                name: self.lock_name(&req.identity)?,
+                conn: None,
+            }),
+        };
         Ok(lease)
     }
 
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
         if self.server.lost.load(Ordering::Acquire) {
-            self.held.forget(lease).await;
             return Ok(Renewal::LeaseLost);
         }
-        let renewal = self.held.renew(lease, mark_ms).await?;
-        if renewal.is_ok() {
-            self.write_mark_in_background(lease.worker_id, mark_ms);
-        }
-        Ok(renewal)
+        // The cache file is the durable record: the server's copy follows in the background.
+        self.write_mark_in_background(lease.worker_id, mark_ms);
+        Ok(Renewal::OK)
     }
 
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
         let worker_id = lease.worker_id;
-        // Held until the server has the final mark: no renewal slips in between.
-        let mut held = self.held.lock().await;
-        if !held.write_final_mark(lease, final_mark_ms).await? {
-            tracing::debug!(worker_id, "release of a lease not held");
-            return Ok(());
+        // Waits for a background write in flight, and stops later ones, so the final mark
+        // (which may be below the last renewal's) is the one that stays.
+        let mut state = self.server.state.lock().await;
+        state.released = true;
+        let r = bounded(
+            self.config.timeout(),
+            "the final mark",
+            write_mark(&self.pool, worker_id, final_mark_ms, MarkWrite::Final),
+        )
+        .await;
+        if let Err(e) = r {
+            // The cache file has the final mark; the server keeps a later one, which only
+            // makes a start elsewhere wait a little.
+            tracing::warn!(worker_id, error = %e, "final mark not written to mysql");
         }
-        {
-            // Waits for a background write in flight, and stops later ones, so the final mark
-            // (which may be below the last renewal's) is the one that stays.
-            let mut state = self.server.state.lock().await;
-            state.released = true;
-            let r = bounded(
-                self.config.timeout(),
-                "the final mark",
-                write_mark(&self.pool, worker_id, final_mark_ms, MarkWrite::Final),
-            )
-            .await;
-            if let Err(e) = r {
-                // The cache file has the final mark; the server keeps a later one, which only
-                // makes a start elsewhere wait a little.
-                tracing::warn!(worker_id, error = %e, "final mark not written to mysql");
-            }
-            // Closing the dedicated connection releases the identity lock.
-            state.lock = None;
-        }
-        // Closing the file releases the directory lock.
-        held.close();
+        // Closing the dedicated connection releases the identity lock.
+        state.lock = None;
         Ok(())
     }
 
@@ -476,8 +445,7 @@ impl WorkerIdRegistry for MysqlRegistry {
         Some(self.server.confirmed_mark_ms.load(Ordering::Relaxed)).filter(|m| *m > 0)
     }
 
-    async fn abandon(&self, lease: &Lease) {
+    async fn abandon(&self, _lease: &Lease) {
         // The identity lock stays: the node is still the one process with this identity.
-        self.held.forget(lease).await;
     }
 }

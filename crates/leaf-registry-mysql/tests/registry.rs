@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leaf_core::{AcquireRequest, Error, NodeIdentity, Renewal, WorkerIdRegistry};
-use leaf_registry_mysql::{LEAF_WORKERID_ALLOC_DDL, MysqlConfig, MysqlRegistry};
+use leaf_registry_mysql::{LEAF_WORKERID_ALLOC_DDL, MysqlBackend, MysqlConfig, MysqlRegistry};
 use leaf_testkit::RegistryFixture;
 use sqlx::{Connection, MySqlConnection, Row};
 
@@ -268,7 +268,11 @@ fn unreachable(dir: &std::path::Path) -> impl std::future::Future<Output = Mysql
         timeout_ms: 1000,
         ..MysqlConfig::with_url(format!("mysql://root:pw@127.0.0.1:{port}/leaf"))
     };
-    async move { MysqlRegistry::connect(&config, dir, "leaf").await.unwrap() }
+    async move {
+        MysqlBackend::connect(&config, "leaf")
+            .unwrap()
+            .registry(dir)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

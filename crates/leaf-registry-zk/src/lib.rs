@@ -12,4 +12,4 @@ pub use config::ZkConfig;
 #[cfg(feature = "_test-hooks")]
 #[doc(hidden)]
 pub use registry::ReadClaim;
-pub use registry::{ZkMode, ZkRegistry};
+pub use registry::{ZkBackend, ZkMode, ZkRegistry};

@@ -1,16 +1,15 @@
-//! `ZkRegistry`: the `zk_normal` and `zk_recycle` workerId modes, the `temporary` peer list,
-//! and the worker-id cache file as every registry keeps it.
+//! `ZkBackend`: the `zk_normal` and `zk_recycle` workerId modes and the `temporary` peer list;
+//! [`ZkRegistry`] is it with the worker-id cache file every registry keeps.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, Clock, HeldCache, Lease, LeaseToken, NodeIdentity, RegistryCapabilities,
-    Renewal, Result, SystemClock, WorkerIdRegistry,
+    AcquireRequest, CachedRegistry, Clock, Lease, LeaseToken, NodeIdentity, RegistryCapabilities,
+    Renewal, Result, SystemClock, WorkerIdBackend,
 };
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -26,7 +25,7 @@ use normal::write_forever;
 mod normal;
 mod recycling;
 
-/// Which of the two ZooKeeper workerId modes a [`ZkRegistry`] runs.
+/// Which of the two ZooKeeper workerId modes a [`ZkBackend`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ZkMode {
     /// `zk_normal`: Leaf's `forever` nodes; an `ip:port` keeps its worker id for ever.
@@ -36,22 +35,24 @@ pub enum ZkMode {
     Recycle,
 }
 
-/// The ZooKeeper workerId modes; see the crate docs for the layout and the rules.
-pub struct ZkRegistry {
+/// The ZooKeeper workerId modes with the worker-id cache file: what the server runs.
+pub type ZkRegistry = CachedRegistry<ZkBackend>;
+
+/// The ZooKeeper side of the two workerId modes; see the crate docs for the layout and the
+/// rules. [`ZkBackend::registry`] adds the cache file.
+pub struct ZkBackend {
     config: ZkConfig,
     mode: ZkMode,
     /// `{root}/{name}`.
     base: String,
-    cache_dir: PathBuf,
     file_name: String,
     session: Arc<Session>,
-    held: HeldCache,
-    /// The lease held, if any. Locked before `held` by every call.
+    /// The lease held, if any.
     lease: Mutex<Option<Held>>,
     generation: AtomicU64,
     /// `zk_normal`: the last mark the `forever` node is known to hold (0: none yet).
     confirmed: Arc<AtomicU64>,
-    /// This node's `temporary` entry, left out of [`ZkRegistry::peers`].
+    /// This node's `temporary` entry, left out of [`ZkBackend::peers`].
     temporary: StdMutex<Option<String>>,
     recycler: StdMutex<Option<JoinHandle<()>>>,
     clock: Arc<dyn Clock>,
@@ -110,7 +111,7 @@ struct RecycleHeld {
     owner: String,
 }
 
-/// Test hook: a `zk_recycle` claim read but not committed; see [`ZkRegistry::read_claim`].
+/// Test hook: a `zk_recycle` claim read but not committed; see [`ZkBackend::read_claim`].
 #[cfg(feature = "_test-hooks")]
 #[doc(hidden)]
 #[derive(Debug)]
@@ -124,18 +125,17 @@ impl ReadClaim {
     }
 }
 
-impl fmt::Debug for ZkRegistry {
+impl fmt::Debug for ZkBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkRegistry")
+        f.debug_struct("ZkBackend")
             .field("mode", &self.mode())
             .field("address", &self.config.address)
             .field("base", &self.base)
-            .field("cache_dir", &self.cache_dir)
             .finish_non_exhaustive()
     }
 }
 
-impl Drop for ZkRegistry {
+impl Drop for ZkBackend {
     fn drop(&mut self) {
         if let Some(task) = self.recycler.get_mut().ok().and_then(Option::take) {
             task.abort();
@@ -143,31 +143,24 @@ impl Drop for ZkRegistry {
     }
 }
 
-impl ZkRegistry {
-    /// A registry of `mode` on the ensemble of `config`, for the leaf name `name` (nodes under
-    /// `{root}/{name}`), keeping its cache file in `cache_dir`. Nothing is contacted before
-    /// [`acquire`](WorkerIdRegistry::acquire), so this succeeds while ZooKeeper is down.
-    pub fn connect(
-        config: &ZkConfig,
-        mode: ZkMode,
-        cache_dir: PathBuf,
-        name: &str,
-    ) -> Result<ZkRegistry> {
+impl ZkBackend {
+    /// The backend of `mode` on the ensemble of `config`, for the leaf name `name` (nodes under
+    /// `{root}/{name}`). Nothing is contacted before the first claim, so this succeeds while
+    /// ZooKeeper is down.
+    pub fn connect(config: &ZkConfig, mode: ZkMode, name: &str) -> Result<ZkBackend> {
         config.validate()?;
         validate_name(name)?;
         let mode_name = match mode {
             ZkMode::Normal => "zk_normal",
             ZkMode::Recycle => "zk_recycle",
         };
-        Ok(ZkRegistry {
+        Ok(ZkBackend {
             config: config.clone(),
             mode,
             base: format!("{}/{name}", config.root),
-            cache_dir,
             // Per mode: a worker id cached by another mode must never serve a start here.
             file_name: format!("worker-{mode_name}-{name}"),
             session: Arc::new(Session::new(&config.address, config.session_timeout())),
-            held: HeldCache::new(),
             lease: Mutex::new(None),
             generation: AtomicU64::new(0),
             confirmed: Arc::default(),
@@ -175,6 +168,11 @@ impl ZkRegistry {
             recycler: StdMutex::default(),
             clock: Arc::new(SystemClock::new()),
         })
+    }
+
+    /// This backend with its cache file in `cache_dir`: the registry the server runs.
+    pub fn registry(self, cache_dir: impl Into<std::path::PathBuf>) -> ZkRegistry {
+        CachedRegistry::new(self, cache_dir)
     }
 
     /// The `ip:port` of every other node listed under `{root}/{name}/temporary/` (the peers of
@@ -250,9 +248,8 @@ impl ZkRegistry {
         LeaseToken::new(self.generation.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
-    /// Forgets `lease` (held in `state`) locally; its cache file stays open, and the directory
-    /// locked, for this instance's next acquire.
-    async fn forget(&self, state: &mut Option<Held>, lease: &Lease) {
+    /// Forgets the lease held in `state` locally.
+    fn forget(&self, state: &mut Option<Held>) {
         if let Some(Held::Normal(n)) = state.as_ref() {
             // Later background writes see this and write nothing; one in flight may still land,
             // which only raises the mark.
@@ -261,7 +258,6 @@ impl ZkRegistry {
             }
         }
         *state = None;
-        self.held.forget(lease).await;
     }
 
     fn ensure_recycler(&self) {
@@ -282,7 +278,7 @@ impl ZkRegistry {
 }
 
 #[async_trait]
-impl WorkerIdRegistry for ZkRegistry {
+impl WorkerIdBackend for ZkBackend {
     fn mode(&self) -> &'static str {
         match self.mode {
             ZkMode::Normal => "zk_normal",
@@ -303,21 +299,40 @@ impl WorkerIdRegistry for ZkRegistry {
         }
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
+    fn cache_file_name(&self) -> &str {
+        &self.file_name
+    }
+
+    fn lease_ttl(&self) -> Option<(Duration, &'static str)> {
+        (self.mode == ZkMode::Recycle)
+            .then(|| (self.config.recycle_ttl(), "recycle_idle_timeout_ms"))
+    }
+
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
         if self.mode == ZkMode::Recycle {
-            self.check_recycle(req)?;
+            self.check_pool(req)?;
             // Before the claim: in a pool full of crashed nodes' ids, this recycler is the one
             // that frees them.
             self.ensure_recycler();
         }
         let mut state = self.lease.lock().await;
-        let mut held = self.held.lock().await;
-        // The cache directory's lock first: a second process on it must not start at all.
-        let (cache, cached) = held.open_unheld(&self.cache_dir, &self.file_name).await?;
         let (lease, h) = match self.mode {
-            ZkMode::Normal => self.acquire_normal(req, &mut held, cache, cached).await?,
-            ZkMode::Recycle => self.acquire_recycle(req, &mut held, cache, cached).await?,
+            ZkMode::Normal => self.claim_normal(req).await?,
+            ZkMode::Recycle => self.claim_recycle(req).await?,
         };
+        *state = Some(h);
+        Ok(lease)
+    }
+
+    async fn resume_offline(&self, req: &AcquireRequest, lease: Lease) -> Result<Lease> {
+        if self.mode == ZkMode::Recycle {
+            // Never reached: a recycling registry does not start from the cache file.
+            return Err(leaf_core::Error::Unavailable(
+                "zookeeper cannot be reached".into(),
+            ));
+        }
+        let mut state = self.lease.lock().await;
+        let (lease, h) = self.resume_normal(req, lease).await?;
         *state = Some(h);
         Ok(lease)
     }
@@ -333,7 +348,6 @@ impl WorkerIdRegistry for ZkRegistry {
         if n.token != lease.token || n.worker_id != lease.worker_id {
             return Ok(Renewal::LeaseLost);
         }
-        let mark_ms = self.held.lock().await.renewal_mark(lease, mark_ms);
         if n.forever.lost.load(Ordering::Acquire) || self.session.lost().is_some() {
             tracing::error!(
                 worker_id = n.worker_id,
@@ -350,14 +364,9 @@ impl WorkerIdRegistry for ZkRegistry {
                 );
                 return Ok(Renewal::LeaseLost);
             };
-            if !self.held.lock().await.write_mark(lease, mark_ms).await? {
-                return Ok(Renewal::LeaseLost);
-            }
             return Ok(Renewal::Ok { ttl: Some(ttl) });
         }
-        if !self.held.lock().await.write_mark(lease, mark_ms).await? {
-            return Ok(Renewal::LeaseLost);
-        }
+        // The cache file is the durable record: zookeeper being down never stops renewals.
         self.write_forever_in_background(&n.forever, mark_ms);
         Ok(Renewal::OK)
     }
@@ -374,10 +383,6 @@ impl WorkerIdRegistry for ZkRegistry {
             return Ok(());
         }
         let forever = n.forever.clone();
-        let mut held = self.held.lock().await;
-        if !held.write_final_mark(lease, final_mark_ms).await? {
-            return Ok(());
-        }
         {
             // Waits for a background write in flight and stops later ones, so the final mark
             // (below the last renewal's) is the one that stays.
@@ -398,7 +403,6 @@ impl WorkerIdRegistry for ZkRegistry {
         if let Err(e) = self.session.drop_ephemeral(&forever.lock_path).await {
             tracing::warn!(error = %e, "live lock not deleted; it goes with the session");
         }
-        held.close();
         *state = None;
         Ok(())
     }
@@ -411,7 +415,7 @@ impl WorkerIdRegistry for ZkRegistry {
             None => false,
         };
         if matches {
-            self.forget(&mut state, lease).await;
+            self.forget(&mut state);
         }
     }
 }

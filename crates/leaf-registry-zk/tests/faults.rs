@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{NAME, Proxy, ZkFix, now_ms, raw_client, request};
 use leaf_core::{Error, NodeIdentity, Renewal, WorkerIdRegistry};
-use leaf_registry_zk::{ZkConfig, ZkMode, ZkRegistry};
+use leaf_registry_zk::{ZkBackend, ZkConfig, ZkMode, ZkRegistry};
 use zookeeper_client::{Acls, CreateMode};
 
 /// A registry of `mode` whose ZooKeeper address no server listens on.
@@ -23,7 +23,9 @@ fn unreachable(mode: ZkMode, dir: std::path::PathBuf) -> ZkRegistry {
         session_timeout_ms: 4000,
         ..ZkConfig::with_address(format!("127.0.0.1:{port}"))
     };
-    ZkRegistry::connect(&config, mode, dir, NAME).expect("connect contacts nothing")
+    ZkBackend::connect(&config, mode, NAME)
+        .map(|b| b.registry(dir))
+        .expect("connect contacts nothing")
 }
 
 fn me() -> NodeIdentity {
@@ -234,7 +236,7 @@ async fn two_simultaneous_first_starts_create_one_sequential_node() {
     let mut nodes = Vec::new();
     for _ in 0..6 {
         let node = fix.registry();
-        node.peers().await.unwrap();
+        node.backend().peers().await.unwrap();
         nodes.push(node);
     }
     let go = std::sync::Arc::new(tokio::sync::Barrier::new(nodes.len()));
@@ -336,6 +338,7 @@ async fn a_claim_read_before_a_claim_and_give_back_cannot_commit_the_stale_mark(
     let fix = ZkFix::new(ZkMode::Recycle).await;
     let c = fix.registry();
     let read = c
+        .backend()
         .read_claim(0, 0)
         .await
         .unwrap()
@@ -352,7 +355,11 @@ async fn a_claim_read_before_a_claim_and_give_back_cannot_commit_the_stale_mark(
     assert!(d.renew(&lease, m2).await.unwrap().is_ok());
     d.release(&lease, m2).await.unwrap();
 
-    let committed = c.commit_read_claim(read, "10.0.0.6:1").await.unwrap();
+    let committed = c
+        .backend()
+        .commit_read_claim(read, "10.0.0.6:1")
+        .await
+        .unwrap();
     assert_eq!(
         committed, None,
         "a claim read before another claim and give-back of the id committed with the stale \
@@ -408,19 +415,21 @@ async fn a_ttl_below_the_generators_minimum_is_a_config_error() {
 async fn peers_are_the_other_temporary_nodes() {
     let fix = ZkFix::new(ZkMode::Normal).await;
     let (a, b) = (fix.registry(), fix.registry());
-    assert_eq!(a.peers().await.unwrap(), Vec::<String>::new());
-    a.register_temporary(&NodeIdentity::new("10.0.0.1", 8001))
+    assert_eq!(a.backend().peers().await.unwrap(), Vec::<String>::new());
+    a.backend()
+        .register_temporary(&NodeIdentity::new("10.0.0.1", 8001))
         .await
         .unwrap();
-    b.register_temporary(&NodeIdentity::new("10.0.0.2", 8002))
+    b.backend()
+        .register_temporary(&NodeIdentity::new("10.0.0.2", 8002))
         .await
         .unwrap();
-    assert_eq!(a.peers().await.unwrap(), ["10.0.0.2:8002"]);
-    assert_eq!(b.peers().await.unwrap(), ["10.0.0.1:8001"]);
+    assert_eq!(a.backend().peers().await.unwrap(), ["10.0.0.2:8002"]);
+    assert_eq!(b.backend().peers().await.unwrap(), ["10.0.0.1:8001"]);
     drop(b); // its session closes, and its ephemeral node goes with it
     let mut gone = false;
     for _ in 0..50 {
-        if a.peers().await.unwrap().is_empty() {
+        if a.backend().peers().await.unwrap().is_empty() {
             gone = true;
             break;
         }
@@ -445,7 +454,7 @@ async fn zk_normal_renews_across_a_lost_session_and_keeps_its_nodes() {
     let fix = ZkFix::with_config(ZkMode::Normal, |c| c.session_timeout_ms = 4000).await;
     let node = fix.registry();
     let lease = node.acquire(&request(me(), 1023)).await.unwrap();
-    node.register_temporary(&me()).await.unwrap();
+    node.backend().register_temporary(&me()).await.unwrap();
     let client = raw_client().await;
     let lock = format!("{}/forever-lock/{}", fix.base(), me());
     let before = client
@@ -455,7 +464,7 @@ async fn zk_normal_renews_across_a_lost_session_and_keeps_its_nodes() {
         .unwrap()
         .ephemeral_owner;
 
-    node.end_session().await.unwrap();
+    node.backend().end_session().await.unwrap();
     let m = now_ms() + 3000;
     assert!(
         node.renew(&lease, m).await.unwrap().is_ok(),
@@ -490,7 +499,7 @@ async fn zk_normal_whose_identity_was_taken_while_its_session_was_gone_loses_its
     let fix = ZkFix::with_config(ZkMode::Normal, |c| c.session_timeout_ms = 4000).await;
     let old = fix.registry();
     let lease = old.acquire(&request(me(), 1023)).await.unwrap();
-    old.end_session().await.unwrap();
+    old.backend().end_session().await.unwrap();
     // The live lock went with the session: a second process of this identity starts.
     let new = fix.registry();
     let taken = new.acquire(&request(me(), 1023)).await.unwrap();
@@ -513,7 +522,7 @@ async fn zk_recycle_renews_across_a_lost_session() {
     let fix = ZkFix::with_config(ZkMode::Recycle, |c| c.recycle_idle_timeout_ms = 60_000).await;
     let node = fix.registry();
     let lease = node.acquire(&request(me(), 1023)).await.unwrap();
-    node.end_session().await.unwrap();
+    node.backend().end_session().await.unwrap();
     // The inuse node is persistent: a new session renews it as before.
     let r = node.renew(&lease, now_ms() + 3000).await;
     let r = match r {
@@ -532,7 +541,9 @@ fn through(fix: &ZkFix, proxy: &Proxy, dir: std::path::PathBuf) -> ZkRegistry {
         address: proxy.address.clone(),
         ..fix.config.clone()
     };
-    ZkRegistry::connect(&config, fix.mode, dir, NAME).unwrap()
+    ZkBackend::connect(&config, fix.mode, NAME)
+        .map(|b| b.registry(dir))
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{NAME, Proxy, ZkFix};
 use leaf_core::{NodeIdentity, SystemClock};
-use leaf_registry_zk::{ZkConfig, ZkMode, ZkRegistry};
+use leaf_registry_zk::{ZkBackend, ZkConfig, ZkMode, ZkRegistry};
 use leaf_snowflake::{Snowflake, SnowflakeConfig};
 
 /// The IDs one generator issued, each batch with the instant it came back.
@@ -86,7 +86,11 @@ async fn partition(fence_on_disconnect: bool) -> Outcome {
             address: proxy.address.clone(),
             ..fix.config.clone()
         };
-        Arc::new(ZkRegistry::connect(&config, ZkMode::Normal, fix.new_dir(), NAME).unwrap())
+        Arc::new(
+            ZkBackend::connect(&config, ZkMode::Normal, NAME)
+                .map(|b| b.registry(fix.new_dir()))
+                .unwrap(),
+        )
     };
     let identity = NodeIdentity::new("10.0.0.9", 8080);
     let start = |registry: Arc<ZkRegistry>| {
@@ -187,8 +191,11 @@ async fn with_fence_on_disconnect_a_node_resumes_once_zookeeper_confirms_its_loc
         address: proxy.address.clone(),
         ..fix.config.clone()
     };
-    let registry =
-        Arc::new(ZkRegistry::connect(&config, ZkMode::Normal, fix.new_dir(), NAME).unwrap());
+    let registry = Arc::new(
+        ZkBackend::connect(&config, ZkMode::Normal, NAME)
+            .map(|b| b.registry(fix.new_dir()))
+            .unwrap(),
+    );
     let sf = Snowflake::start(
         registry,
         NodeIdentity::new("10.0.0.9", 8081),

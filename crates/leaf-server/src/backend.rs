@@ -412,13 +412,12 @@ pub async fn registry(config: &Config) -> Result<Registry> {
         )),
         #[cfg(feature = "mysql")]
         SnowflakeMode::Mysql => {
-            let registry = leaf_registry_mysql::MysqlRegistry::connect(
+            let registry = leaf_registry_mysql::MysqlBackend::connect(
                 &mysql_registry_config(&sf.mysql),
-                sf.cache_dir.clone(),
                 &config.name,
             )
-            .await
-            .map_err(|e| key_leading_field(e, "snowflake.mysql", &["url"]))?;
+            .map_err(|e| key_leading_field(e, "snowflake.mysql", &["url"]))?
+            .registry(sf.cache_dir.clone());
             Ok(Registry::without_peers(Keyed::wrap(
                 Arc::new(registry),
                 "snowflake.mysql",
@@ -431,12 +430,12 @@ pub async fn registry(config: &Config) -> Result<Registry> {
         SnowflakeMode::Etcd => {
             const FIELDS: &[&str] = &["endpoints", "timeout_ms", "lease_ttl_ms", "prefix"];
             // Contacts nothing until the first `acquire`.
-            let registry = leaf_registry_etcd::EtcdRegistry::connect(
+            let registry = leaf_registry_etcd::EtcdBackend::connect(
                 &etcd_registry_config(&sf.etcd),
-                sf.cache_dir.clone(),
                 &config.name,
             )
-            .map_err(|e| key_leading_field(e, "snowflake.etcd", FIELDS))?;
+            .map_err(|e| key_leading_field(e, "snowflake.etcd", FIELDS))?
+            .registry(sf.cache_dir.clone());
             Ok(Registry::without_peers(Keyed::wrap(
                 Arc::new(registry),
                 "snowflake.etcd",
@@ -513,13 +512,9 @@ fn zk_registry(config: &Config, mode: leaf_registry_zk::ZkMode) -> Result<Regist
     // The crate names its fields; the server's keys add the section.
     zk.validate().map_err(key)?;
     let registry = Arc::new(
-        leaf_registry_zk::ZkRegistry::connect(
-            &zk,
-            mode,
-            config.snowflake.cache_dir.clone(),
-            &config.name,
-        )
-        .map_err(key)?,
+        leaf_registry_zk::ZkBackend::connect(&zk, mode, &config.name)
+            .map_err(key)?
+            .registry(config.snowflake.cache_dir.clone()),
     );
     Ok(Registry {
         worker: Keyed::wrap(registry.clone(), "snowflake.zk", FIELDS),
@@ -531,10 +526,10 @@ fn zk_registry(config: &Config, mode: leaf_registry_zk::ZkMode) -> Result<Regist
 #[async_trait]
 impl PeerDirectory for leaf_registry_zk::ZkRegistry {
     async fn peers(&self) -> Result<Vec<String>> {
-        leaf_registry_zk::ZkRegistry::peers(self).await
+        self.backend().peers().await
     }
     async fn register(&self, identity: &NodeIdentity) -> Result<()> {
-        self.register_temporary(identity).await
+        self.backend().register_temporary(identity).await
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use leaf_core::{AcquireRequest, NodeIdentity, SegmentStore, WorkerIdRegistry};
-use leaf_registry_etcd::{EtcdConfig, EtcdRegistry, EtcdStore};
+use leaf_registry_etcd::{EtcdBackend, EtcdConfig, EtcdRegistry, EtcdStore};
 use leaf_testkit::fixture::NodeDirs;
 use leaf_testkit::provision::{self, EtcdNamespace};
 use leaf_testkit::{RegistryFixture, StoreFixture};
@@ -85,7 +85,11 @@ impl EtcdFix {
     }
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<EtcdRegistry> {
-        Arc::new(EtcdRegistry::connect(&self.config, dir, NAME).expect("registry"))
+        Arc::new(
+            EtcdBackend::connect(&self.config, NAME)
+                .expect("registry")
+                .registry(dir),
+        )
     }
 
     /// A registry with a new cache directory.

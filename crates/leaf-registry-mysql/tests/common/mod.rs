@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
-use leaf_registry_mysql::{MysqlConfig, MysqlRegistry, MysqlStore};
+use leaf_registry_mysql::{MysqlBackend, MysqlConfig, MysqlStore};
 use leaf_testkit::fixture::NodeDirs;
 use leaf_testkit::{RegistryFixture, StoreFixture};
 
@@ -77,9 +77,9 @@ impl RegistryFix {
 
     pub async fn registry_in(&self, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
         Arc::new(
-            MysqlRegistry::connect(&config(&self.db), dir, "leaf")
-                .await
-                .expect("registry"),
+            MysqlBackend::connect(&config(&self.db), "leaf")
+                .expect("registry")
+                .registry(dir),
         )
     }
 

@@ -5,14 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use leaf_core::cache_file::{merge_marks, start_from_cache};
-use leaf_core::{
-    AcquireRequest, AsyncCacheFile, CacheRecord, Error, HeldCacheGuard, Lease, NodeIdentity, Result,
-};
+use leaf_core::{AcquireRequest, Error, Lease, NodeIdentity, Result};
 use tokio::sync::Mutex;
 use zookeeper_client::{self as zk, Acls, CreateMode};
 
-use super::{Forever, ForeverWrite, Held, NormalHeld, ZkRegistry};
+use super::{Forever, ForeverWrite, Held, NormalHeld, ZkBackend};
 use crate::error::{bounded, map_zk};
 use crate::node::{self};
 use crate::session::{Claim, Session, ensure_dir};
@@ -32,7 +29,7 @@ pub(super) struct Found {
     version: i32,
 }
 
-impl ZkRegistry {
+impl ZkBackend {
     pub(super) fn lock_path(&self, identity: &NodeIdentity) -> String {
         format!("{}/forever-lock/{identity}", self.base)
     }
@@ -152,58 +149,38 @@ impl ZkRegistry {
         .await
     }
 
-    pub(super) async fn acquire_normal(
+    /// The `Forever` of a lease of `worker_id` for `identity`; `node` is `None` after a start
+    /// from the cache file, until the node is found again.
+    fn forever(
         &self,
-        req: &AcquireRequest,
-        held: &mut HeldCacheGuard<'_>,
-        cache: AsyncCacheFile,
-        cached: Option<CacheRecord>,
-    ) -> Result<(Lease, Held)> {
+        identity: &NodeIdentity,
+        worker_id: u64,
+        node: Option<(String, i32)>,
+    ) -> Arc<Forever> {
+        Arc::new(Forever {
+            identity: identity.clone(),
+            worker_id,
+            lock_path: self.lock_path(identity),
+            forever_dir: self.forever_dir(),
+            write: Mutex::new(ForeverWrite {
+                released: false,
+                node,
+                highest: 0,
+            }),
+            in_flight: AtomicBool::new(false),
+            confirmed: self.confirmed.clone(),
+            lost: AtomicBool::new(false),
+        })
+    }
+
+    pub(super) async fn claim_normal(&self, req: &AcquireRequest) -> Result<(Lease, Held)> {
         let identity = &req.identity;
         // A previous lease's confirmation says nothing about this one's.
         self.confirmed.store(0, Ordering::Release);
         // The live lock before the lookup: two first starts of one identity never both create
         // a sequential node.
-        let looked_up = match self.take_live_lock(identity).await {
-            Ok(()) => self.find_or_create_forever(identity).await,
-            Err(e) => Err(e),
-        };
-        let forever = |worker_id, node| {
-            Arc::new(Forever {
-                identity: identity.clone(),
-                worker_id,
-                lock_path: self.lock_path(identity),
-                forever_dir: self.forever_dir(),
-                write: Mutex::new(ForeverWrite {
-                    released: false,
-                    node,
-                    highest: 0,
-                }),
-                in_flight: AtomicBool::new(false),
-                confirmed: self.confirmed.clone(),
-                lost: AtomicBool::new(false),
-            })
-        };
-        let found = match looked_up {
-            Ok(found) => found,
-            // ZooKeeper is down: start from the cache file, mark included, so the start-up
-            // time check still applies. Once ZooKeeper answers, the background mark write takes
-            // the live lock and finds the node again.
-            Err(e) if e.is_retryable() => {
-                let mut lease = start_from_cache(held, cache, cached, req, "zk_normal", &e).await?;
-                if self.config.fence_on_disconnect {
-                    // Nothing is issued until zookeeper confirms the lock.
-                    lease = lease.with_ttl(self.fence_ttl(req).await?);
-                }
-                let normal = NormalHeld {
-                    worker_id: lease.worker_id,
-                    token: lease.token,
-                    forever: forever(lease.worker_id, None),
-                };
-                return Ok((lease, Held::Normal(normal)));
-            }
-            Err(e) => return Err(e),
-        };
+        self.take_live_lock(identity).await?;
+        let found = self.find_or_create_forever(identity).await?;
         let worker_id = found.worker_id;
         if worker_id > req.max_worker_id {
             return Err(too_large(
@@ -213,25 +190,35 @@ impl ZkRegistry {
                 "zookeeper forever node",
             ));
         }
-        let prev_mark_ms = merge_marks(worker_id, found.prev_mark_ms, cached);
-        // The cache file learns the worker id now, so that a start while ZooKeeper is down
-        // finds it; the mark stays the highest known.
-        cache
-            .write(CacheRecord {
-                worker_id,
-                mark_ms: prev_mark_ms.unwrap_or(0),
-            })
-            .await?;
-        let mut lease = Lease::new(worker_id, prev_mark_ms).with_token(self.next_token());
+        let mut lease = Lease::new(worker_id, found.prev_mark_ms).with_token(self.next_token());
         if self.config.fence_on_disconnect {
             lease = lease.with_ttl(self.fence_ttl(req).await?);
         }
-        tracing::info!(worker_id, ?prev_mark_ms, %identity, ttl = ?lease.ttl, "zk_normal worker id acquired");
-        held.hold(&lease, cache);
+        tracing::info!(worker_id, prev_mark_ms = ?found.prev_mark_ms, %identity, ttl = ?lease.ttl, "zk_normal worker id acquired");
         let normal = NormalHeld {
             worker_id,
             token: lease.token,
-            forever: forever(worker_id, Some((found.path, found.version))),
+            forever: self.forever(identity, worker_id, Some((found.path, found.version))),
+        };
+        Ok((lease, Held::Normal(normal)))
+    }
+
+    /// ZooKeeper is down at start-up and the node starts from its cache file (`lease`). Once
+    /// ZooKeeper answers, the background mark write takes the live lock and finds the node
+    /// again; with `fence_on_disconnect`, nothing is issued until zookeeper confirms the lock.
+    pub(super) async fn resume_normal(
+        &self,
+        req: &AcquireRequest,
+        lease: Lease,
+    ) -> Result<(Lease, Held)> {
+        let mut lease = lease.with_token(self.next_token());
+        if self.config.fence_on_disconnect {
+            lease = lease.with_ttl(self.fence_ttl(req).await?);
+        }
+        let normal = NormalHeld {
+            worker_id: lease.worker_id,
+            token: lease.token,
+            forever: self.forever(&req.identity, lease.worker_id, None),
         };
         Ok((lease, Held::Normal(normal)))
     }

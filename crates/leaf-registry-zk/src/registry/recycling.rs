@@ -1,15 +1,9 @@
 //! `zk_recycle`: claiming, renewing and returning an id of the pool.
 
-use std::time::Duration;
-
-use leaf_core::cache_file::merge_marks;
-use leaf_core::{
-    AcquireRequest, AsyncCacheFile, CacheRecord, Error, HeldCacheGuard, Lease, LeaseToken, Renewal,
-    Result,
-};
+use leaf_core::{AcquireRequest, Error, Lease, LeaseToken, Renewal, Result};
 use zookeeper_client as zk;
 
-use super::{Held, RecycleHeld, ZkRegistry};
+use super::{Held, RecycleHeld, ZkBackend};
 use crate::error::bounded;
 use crate::node::{self, InUse};
 use crate::recycle::{self, Pool};
@@ -17,19 +11,10 @@ use crate::recycle::{self, Pool};
 /// The largest pool `zk_recycle` seeds: 14 worker bits, sixteen times Leaf's default.
 pub(super) const MAX_POOL_ID: u64 = (1 << 14) - 1;
 
-impl ZkRegistry {
-    /// What `zk_recycle` refuses before touching anything: a TTL the caller cannot renew in
-    /// time, a pool too large to keep in ZooKeeper.
-    pub(super) fn check_recycle(&self, req: &AcquireRequest) -> Result<Duration> {
-        let ttl = self.config.recycle_ttl();
-        if ttl <= req.min_ttl() {
-            return Err(Error::Config(format!(
-                "recycle_idle_timeout_ms {} must be above {} ms, the generator's renew period \
-                 plus fencing margin plus latency allowance",
-                ttl.as_millis(),
-                req.min_ttl().as_millis()
-            )));
-        }
+impl ZkBackend {
+    /// What `zk_recycle` refuses before touching anything (the TTL is the caller's check): a
+    /// pool too large to keep in ZooKeeper.
+    pub(super) fn check_pool(&self, req: &AcquireRequest) -> Result<()> {
         if req.max_worker_id > MAX_POOL_ID {
             return Err(Error::Config(format!(
                 "zk_recycle workerId mode keeps one zookeeper node per worker id, and the layout \
@@ -38,18 +23,11 @@ impl ZkRegistry {
                 MAX_POOL_ID + 1
             )));
         }
-        Ok(ttl)
+        Ok(())
     }
 
-    pub(super) async fn acquire_recycle(
-        &self,
-        req: &AcquireRequest,
-        held: &mut HeldCacheGuard<'_>,
-        cache: AsyncCacheFile,
-        cached: Option<CacheRecord>,
-    ) -> Result<(Lease, Held)> {
-        let ttl = self.check_recycle(req)?;
-        // No start from the cache file here: the cached id may have been recycled meanwhile.
+    pub(super) async fn claim_recycle(&self, req: &AcquireRequest) -> Result<(Lease, Held)> {
+        let ttl = self.config.recycle_ttl();
         let client = self.session.client().await?;
         let pool = Pool::new(&self.base);
         let limit = self.session.limit();
@@ -75,37 +53,10 @@ impl ZkRegistry {
         )
         .await?;
         let worker_id = claimed.id;
-        let prev_mark_ms = merge_marks(worker_id, claimed.carried_mark, cached);
-        let lease = Lease::new(worker_id, prev_mark_ms)
+        let lease = Lease::new(worker_id, claimed.carried_mark)
             .with_ttl(ttl)
             .with_token(LeaseToken::new(claimed.stat.czxid as u64));
-        let written = cache
-            .write(CacheRecord {
-                worker_id,
-                mark_ms: prev_mark_ms.unwrap_or(0),
-            })
-            .await;
-        if let Err(e) = written {
-            // Not started: the id goes back now rather than after its TTL.
-            let back = bounded(limit, "returning the worker id", async {
-                recycle::give_back(
-                    &client,
-                    &pool,
-                    worker_id,
-                    claimed.epoch,
-                    claimed.stat.version,
-                    prev_mark_ms.unwrap_or(0),
-                )
-                .await
-            })
-            .await;
-            if let Err(b) = back {
-                tracing::warn!(worker_id, error = %b, "claimed id not returned; the recycler will");
-            }
-            return Err(e);
-        }
-        tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, ttl_ms = ttl.as_millis() as u64, "zk_recycle worker id claimed");
-        held.hold(&lease, cache);
+        tracing::info!(worker_id, carried_mark_ms = ?claimed.carried_mark, identity = %req.identity, ttl_ms = ttl.as_millis() as u64, "zk_recycle worker id claimed");
         let recycle = RecycleHeld {
             worker_id,
             token: lease.token,
@@ -134,7 +85,6 @@ impl ZkRegistry {
 
     pub(super) async fn renew_recycle(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
         let mut state = self.lease.lock().await;
-        let mark_ms = self.held.lock().await.renewal_mark(lease, mark_ms);
         let Some(Held::Recycle(r)) = state.as_mut().filter(|h| matches!(h, Held::Recycle(r) if r.token == lease.token && r.worker_id == lease.worker_id)) else {
             return Ok(Renewal::LeaseLost);
         };
@@ -172,13 +122,10 @@ impl ZkRegistry {
                 worker_id = id,
                 "the worker id's lease is gone (recycled or taken)"
             );
-            self.forget(&mut state, lease).await;
+            self.forget(&mut state);
             return Ok(Renewal::LeaseLost);
         };
         r.version = v;
-        if !self.held.lock().await.write_mark(lease, mark_ms).await? {
-            return Ok(Renewal::LeaseLost);
-        }
         Ok(Renewal::Ok { ttl: Some(ttl) })
     }
 
@@ -203,9 +150,6 @@ impl ZkRegistry {
             Ok(())
         })
         .await?;
-        if !self.held.release(lease, final_mark_ms).await? {
-            tracing::debug!(worker_id = id, "cache file not held at release");
-        }
         *state = None;
         tracing::info!(
             worker_id = id,

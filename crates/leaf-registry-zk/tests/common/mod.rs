@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use leaf_core::{AcquireRequest, NodeIdentity, WorkerIdRegistry};
-use leaf_registry_zk::{ZkConfig, ZkMode, ZkRegistry};
+use leaf_registry_zk::{ZkBackend, ZkConfig, ZkMode, ZkRegistry};
 use leaf_testkit::RegistryFixture;
 use leaf_testkit::fixture::NodeDirs;
 use tokio::net::{TcpListener, TcpStream};
@@ -102,7 +102,11 @@ impl ZkFix {
     }
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<ZkRegistry> {
-        Arc::new(ZkRegistry::connect(&self.config, self.mode, dir, NAME).expect("registry"))
+        Arc::new(
+            ZkBackend::connect(&self.config, self.mode, NAME)
+                .map(|b| b.registry(dir))
+                .expect("registry"),
+        )
     }
 
     /// A registry with a new cache directory.
