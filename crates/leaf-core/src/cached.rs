@@ -46,6 +46,21 @@ pub trait WorkerIdBackend: Send + Sync + fmt::Debug {
         None
     }
 
+    /// What the backend refuses before anything is touched, the cache directory included: a
+    /// request it can never serve (an identity it has no id for, a layout too wide for its
+    /// pool). Default: nothing.
+    fn check_request(&self, req: &AcquireRequest) -> Result<()> {
+        let _ = req;
+        Ok(())
+    }
+
+    /// Whether claiming again while a lease is held gives the same id without reaching any
+    /// server (`local`): an `acquire` on the registry then hands the held id back, with the
+    /// file's mark, instead of refusing. Default `false`.
+    fn reclaims_in_place(&self) -> bool {
+        false
+    }
+
     /// Claims a worker id for `req.identity`: the lease, its `prev_mark_ms` as the backend
     /// knows it (the cache file's is merged in by the caller).
     async fn claim(&self, req: &AcquireRequest) -> Result<Lease>;
@@ -139,7 +154,22 @@ impl<B: WorkerIdBackend> WorkerIdRegistry for CachedRegistry<B> {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
         self.check_ttl(req)?;
+        self.backend.check_request(req)?;
         let mut held = self.held.lock().await;
+        if self.backend.reclaims_in_place()
+            && let Some((id, file)) = held.held().map(|(id, f)| (id, f.clone()))
+        {
+            let claimed = self.backend.claim(req).await?;
+            if claimed.worker_id == id {
+                let prev_mark_ms = merge_marks(id, claimed.prev_mark_ms, file.read().await?);
+                let lease = Lease {
+                    prev_mark_ms,
+                    ..claimed
+                };
+                held.hold(&lease, file);
+                return Ok(lease);
+            }
+        }
         // The cache directory's lock first: a second process on it must not start at all.
         let (cache, cached) = held
             .open_unheld(&self.cache_dir, self.backend.cache_file_name())

@@ -84,6 +84,20 @@ impl Error {
     }
 }
 
+/// Checks `(field, value, min, max)` for each numeric setting of a configuration: `Config`
+/// naming the first field out of its range. Every numeric setting has an upper bound: a huge
+/// value is a typo, and a duration added to an `Instant` must not overflow it.
+pub fn check_bounds(bounds: &[(&str, u64, u64, u64)]) -> Result<()> {
+    for &(field, value, min, max) in bounds {
+        if !(min..=max).contains(&value) {
+            return Err(Error::Config(format!(
+                "{field} must be from {min} to {max}, got {value}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +132,14 @@ mod tests {
             waited: false,
         };
         assert_eq!(e.to_string(), "clock moved backwards by 7 ms");
+    }
+
+    #[test]
+    fn bounds_name_the_first_field_out_of_range() {
+        assert!(check_bounds(&[("a", 5, 1, 10), ("b", 0, 0, 0)]).is_ok());
+        let e = check_bounds(&[("a", 5, 1, 10), ("b_ms", 11, 1, 10), ("c", 0, 1, 1)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("b_ms must be from 1 to 10, got 11"), "{e}");
     }
 }

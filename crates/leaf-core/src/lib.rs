@@ -14,7 +14,7 @@ mod tag;
 pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord, HeldCache, HeldCacheGuard};
 pub use cached::{CachedRegistry, WorkerIdBackend};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, bounded};
-pub use error::{Error, Result};
+pub use error::{Error, Result, check_bounds};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS};
 pub use redact::redact_url;
 pub use registry::{

@@ -4,14 +4,17 @@
 use std::time::Duration;
 
 use leaf_core::{Error, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// How to reach etcd and how the `etcd` workerId mode and the etcd segment store use it.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EtcdConfig {
     /// The cluster's client URLs (`http://host:2379`); calls are balanced over them, so one
-    /// member down does not stop the service. Default `["http://127.0.0.1:2379"]`.
+    /// member down does not stop the service. A list, or one string of comma-separated URLs
+    /// (`"http://a:2379,http://b:2379"`, the form of the server's `segment.url`). Default
+    /// `["http://127.0.0.1:2379"]`.
+    #[serde(deserialize_with = "list_or_commas")]
     pub endpoints: Vec<String>,
     /// How long one etcd call (or one allocation, conflicts retried included) may take, in
     /// milliseconds; a longer one fails with `Unavailable`, so a stalled cluster never hangs a
@@ -36,6 +39,20 @@ impl Default for EtcdConfig {
             prefix: String::new(),
         }
     }
+}
+
+/// `endpoints` as a list, or as one string of comma-separated URLs.
+fn list_or_commas<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Endpoints {
+        List(Vec<String>),
+        Commas(String),
+    }
+    Ok(match Endpoints::deserialize(d)? {
+        Endpoints::List(list) => list,
+        Endpoints::Commas(text) => EtcdConfig::with_url(&text).endpoints,
+    })
 }
 
 impl EtcdConfig {
@@ -70,9 +87,20 @@ impl EtcdConfig {
                 "endpoints: {bad:?} needs tls, which this build does not support; use http://"
             )));
         }
-        if self.timeout_ms == 0 {
-            return Err(Error::Config("timeout_ms must be above 0".into()));
+        let http = |e: &str| {
+            e.split_once("://").is_some_and(|(scheme, rest)| {
+                scheme.eq_ignore_ascii_case("http") && !rest.is_empty()
+            })
+        };
+        if let Some(bad) = self.endpoints.iter().find(|e| !http(e.trim())) {
+            return Err(Error::Config(format!(
+                "endpoints: {bad:?} is not an http:// client url (http://host:2379)"
+            )));
         }
+        leaf_core::check_bounds(&[
+            ("timeout_ms", self.timeout_ms, 1, 3_600_000),
+            ("lease_ttl_ms", self.lease_ttl_ms, 1_000, 86_400_000),
+        ])?;
         if self.lease_ttl_ms < 1000 || !self.lease_ttl_ms.is_multiple_of(1000) {
             return Err(Error::Config(format!(
                 "lease_ttl_ms must be a whole number of seconds (etcd leases count seconds), \
@@ -144,6 +172,22 @@ mod tests {
     fn url_lists_split_at_commas() {
         let c = EtcdConfig::with_url("http://a:2379, http://b:2379,");
         assert_eq!(c.endpoints, ["http://a:2379", "http://b:2379"]);
+    }
+
+    #[test]
+    fn endpoints_are_a_list_or_one_string_of_urls() {
+        let c: EtcdConfig =
+            serde_json::from_str(r#"{"endpoints": "http://a:2379, http://b:2379"}"#).unwrap();
+        assert_eq!(c.endpoints, ["http://a:2379", "http://b:2379"]);
+        let c: EtcdConfig = serde_json::from_str(r#"{"endpoints": ["http://a:2379"]}"#).unwrap();
+        assert_eq!(c.endpoints, ["http://a:2379"]);
+        let e = EtcdConfig::with_url("mysql://h:3306")
+            .validate()
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Config(m) if m.starts_with("endpoints")),
+            "{e}"
+        );
     }
 
     #[test]

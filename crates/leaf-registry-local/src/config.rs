@@ -2,10 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use leaf_core::{Error, Result};
+use serde::{Deserialize, Serialize};
 
 /// The `local` workerId mode (`[snowflake.local]`): the worker id comes from configuration.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LocalRegistryConfig {
     /// The worker id of this node when `work_id_map` is empty. Default `0`.
@@ -16,8 +17,23 @@ pub struct LocalRegistryConfig {
     pub work_id_map: BTreeMap<String, u64>,
 }
 
-/// The SQLite segment store (`[segment]` with `store = "sqlite"`).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+impl LocalRegistryConfig {
+    /// `Config`, naming the field, if a value cannot work: a `work_id_map` key that is not
+    /// `ip:port`.
+    pub fn validate(&self) -> Result<()> {
+        for key in self.work_id_map.keys() {
+            if key.parse::<std::net::SocketAddr>().is_err() {
+                return Err(Error::Config(format!(
+                    "work_id_map: {key:?} is not an \"ip:port\" key"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The SQLite segment store (`[segment.sqlite]`, with `segment.store = "sqlite"`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SqliteStoreConfig {
     /// The database, as an sqlx SQLite URL. The file and its parent directory are created when
@@ -28,6 +44,22 @@ pub struct SqliteStoreConfig {
     /// How long a statement waits for another connection's (or process's) write lock before it
     /// fails with a retryable error, in milliseconds. Default `5000`.
     pub busy_timeout_ms: u64,
+}
+
+impl SqliteStoreConfig {
+    /// `Config`, naming the field, if a value cannot work.
+    pub fn validate(&self) -> Result<()> {
+        if !self.url.to_ascii_lowercase().starts_with("sqlite:") {
+            return Err(Error::Config(format!(
+                "url {:?} is not a sqlite: url (sqlite://leaf-data/leaf.db)",
+                self.url
+            )));
+        }
+        leaf_core::check_bounds(&[
+            ("max_connections", u64::from(self.max_connections), 1, 1_000),
+            ("busy_timeout_ms", self.busy_timeout_ms, 0, 3_600_000),
+        ])
+    }
 }
 
 impl Default for SqliteStoreConfig {
@@ -67,5 +99,39 @@ mod tests {
         assert_eq!(l.work_id_map.get("10.0.0.1:8080"), Some(&3));
         assert_eq!(l.worker_id, 0);
         assert!(serde_json::from_str::<LocalRegistryConfig>(r#"{"workerId": 1}"#).is_err());
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let check = |e: Error, field: &str| {
+            assert!(
+                matches!(&e, Error::Config(m) if m.starts_with(field)),
+                "{field}: {e}"
+            );
+        };
+        SqliteStoreConfig::default().validate().unwrap();
+        check(
+            SqliteStoreConfig {
+                url: "mysql://h/db".into(),
+                ..SqliteStoreConfig::default()
+            }
+            .validate()
+            .unwrap_err(),
+            "url",
+        );
+        check(
+            SqliteStoreConfig {
+                max_connections: 0,
+                ..SqliteStoreConfig::default()
+            }
+            .validate()
+            .unwrap_err(),
+            "max_connections",
+        );
+        let mut l = LocalRegistryConfig::default();
+        l.work_id_map.insert("10.0.0.1:8080".into(), 1);
+        l.validate().unwrap();
+        l.work_id_map.insert("node-a".into(), 2);
+        check(l.validate().unwrap_err(), "work_id_map");
     }
 }

@@ -1,41 +1,44 @@
-//! `LocalRegistry`: the `local` workerId mode. The worker id comes from configuration; the time
-//! mark lives in the cache file, which also keeps a second process off the same cache directory.
+//! `LocalBackend`: the `local` workerId mode. The worker id comes from configuration; with the
+//! cache file ([`LocalRegistry`]) the time mark lives there, and the file keeps a second process
+//! off the same cache directory.
 
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use leaf_core::cache_file::merge_marks;
 use leaf_core::{
-    AcquireRequest, Error, HeldCache, Lease, NodeIdentity, RegistryCapabilities, Renewal, Result,
-    WorkerIdRegistry,
+    AcquireRequest, CachedRegistry, Error, Lease, NodeIdentity, RegistryCapabilities, Renewal,
+    Result, WorkerIdBackend,
 };
 
 use crate::config::LocalRegistryConfig;
 
-/// The `local` workerId mode: no shared registry, ids from `worker_id` or `work_id_map`.
-///
-/// While a lease is held the cache file `{cache_dir}/worker-{name}.properties` is open and its
-/// directory locked, so a second process started with the same `cache_dir` refuses to start.
+/// The `local` workerId mode with its cache file `{cache_dir}/worker-{name}.properties`: while a
+/// lease is held the file is open and its directory locked, so a second process started with
+/// the same `cache_dir` refuses to start.
+pub type LocalRegistry = CachedRegistry<LocalBackend>;
+
+/// The `local` workerId mode: no shared registry, ids from `worker_id` or `work_id_map`; the
+/// time mark lives in the cache file only.
 #[derive(Debug)]
-pub struct LocalRegistry {
+pub struct LocalBackend {
     config: LocalRegistryConfig,
-    cache_dir: PathBuf,
     file_name: String,
-    // Renewals and the release are serialised, so a late renewal can never overwrite the final
-    // mark.
-    held: HeldCache,
 }
 
-impl LocalRegistry {
-    /// A registry for the service `name` (Leaf's `leaf.name`), keeping its cache file in
-    /// `cache_dir`. Nothing is touched before [`acquire`](WorkerIdRegistry::acquire).
-    pub fn new(config: LocalRegistryConfig, cache_dir: impl Into<PathBuf>, name: &str) -> Self {
-        LocalRegistry {
+impl LocalBackend {
+    /// The backend for the service `name` (Leaf's `leaf.name`), its cache file named
+    /// `worker-{name}`.
+    pub fn new(config: LocalRegistryConfig, name: &str) -> Self {
+        LocalBackend {
             config,
-            cache_dir: cache_dir.into(),
             file_name: format!("worker-{name}"),
-            held: HeldCache::new(),
         }
+    }
+
+    /// This backend with its cache file in `cache_dir`: the registry the server runs. Nothing
+    /// is touched before its first `acquire`.
+    pub fn registry(self, cache_dir: impl Into<PathBuf>) -> LocalRegistry {
+        CachedRegistry::new(self, cache_dir)
     }
 
     /// The configured worker id of `identity`.
@@ -62,7 +65,7 @@ impl LocalRegistry {
 }
 
 #[async_trait]
-impl WorkerIdRegistry for LocalRegistry {
+impl WorkerIdBackend for LocalBackend {
     fn mode(&self) -> &'static str {
         "local"
     }
@@ -71,7 +74,39 @@ impl WorkerIdRegistry for LocalRegistry {
         RegistryCapabilities::new(false, false)
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
+    fn cache_file_name(&self) -> &str {
+        &self.file_name
+    }
+
+    fn check_request(&self, req: &AcquireRequest) -> Result<()> {
+        self.claimed_id(req).map(drop)
+    }
+
+    fn reclaims_in_place(&self) -> bool {
+        true
+    }
+
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
+        let worker_id = self.claimed_id(req)?;
+        tracing::info!(worker_id, identity = %req.identity, "local worker id acquired");
+        Ok(Lease::new(worker_id, None))
+    }
+
+    async fn renew(&self, _lease: &Lease, _mark_ms: u64) -> Result<Renewal> {
+        // The cache file is the whole record.
+        Ok(Renewal::OK)
+    }
+
+    async fn release(&self, _lease: &Lease, _final_mark_ms: u64) -> Result<()> {
+        Ok(())
+    }
+
+    async fn abandon(&self, _lease: &Lease) {}
+}
+
+impl LocalBackend {
+    /// The configured id of `req.identity`, if it fits the layout.
+    fn claimed_id(&self, req: &AcquireRequest) -> Result<u64> {
         let worker_id = self.worker_id_for(&req.identity)?;
         if worker_id > req.max_worker_id {
             let key = if self.config.work_id_map.is_empty() {
@@ -85,33 +120,6 @@ impl WorkerIdRegistry for LocalRegistry {
                 req.identity, req.max_worker_id
             )));
         }
-        let mut held = self.held.lock().await;
-        if let Some((id, _)) = held.held().filter(|(id, _)| *id != worker_id) {
-            return Err(Error::InvalidInput(format!(
-                "this registry already holds worker id {id}; release it first"
-            )));
-        }
-        let cache = held.open(&self.cache_dir, &self.file_name).await?;
-        let prev_mark_ms = merge_marks(worker_id, None, cache.read().await?);
-        tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, "local worker id acquired");
-        let lease = Lease::new(worker_id, prev_mark_ms);
-        held.hold(&lease, cache);
-        Ok(lease)
-    }
-
-    async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
-        self.held.renew(lease, mark_ms).await
-    }
-
-    async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
-        // Closing the file releases the directory lock.
-        if !self.held.release(lease, final_mark_ms).await? {
-            tracing::debug!(worker_id = lease.worker_id, "release of a lease not held");
-        }
-        Ok(())
-    }
-
-    async fn abandon(&self, lease: &Lease) {
-        self.held.forget(lease).await;
+        Ok(worker_id)
     }
 }

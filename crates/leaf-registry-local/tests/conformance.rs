@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
-use leaf_registry_local::{LocalRegistry, LocalRegistryConfig, SqliteStore};
+use leaf_registry_local::{LocalBackend, LocalRegistryConfig, SqliteStore};
 use leaf_testkit::fixture::NodeDirs;
 use leaf_testkit::{RegistryFixture, StoreFixture};
 use tempfile::TempDir;
@@ -98,7 +98,8 @@ impl LocalFixture {
             worker_id: 0,
             work_id_map: self.map.clone(),
         };
-        let node: Arc<dyn WorkerIdRegistry> = Arc::new(LocalRegistry::new(config, &dir, "leaf"));
+        let node: Arc<dyn WorkerIdRegistry> =
+            Arc::new(LocalBackend::new(config, "leaf").registry(&dir));
         self.dirs.remember(&node, dir);
         node
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use leaf_core::{
     AcquireRequest, CacheFile, CacheRecord, Error, Lease, NodeIdentity, Renewal, WorkerIdRegistry,
 };
-use leaf_registry_local::{LocalRegistry, LocalRegistryConfig};
+use leaf_registry_local::{LocalBackend, LocalRegistry, LocalRegistryConfig};
 
 fn req(ip: &str, port: u16, max_worker_id: u64) -> AcquireRequest {
     AcquireRequest::new(
@@ -20,25 +20,25 @@ fn req(ip: &str, port: u16, max_worker_id: u64) -> AcquireRequest {
 fn mapped(dir: &Path, entries: &[(&str, u64)]) -> LocalRegistry {
     let work_id_map: BTreeMap<String, u64> =
         entries.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    LocalRegistry::new(
+    LocalBackend::new(
         LocalRegistryConfig {
             worker_id: 0,
             work_id_map,
         },
-        dir,
         "leaf",
     )
+    .registry(dir)
 }
 
 fn fixed(dir: &Path, worker_id: u64) -> LocalRegistry {
-    LocalRegistry::new(
+    LocalBackend::new(
         LocalRegistryConfig {
             worker_id,
             ..Default::default()
         },
-        dir,
         "leaf",
     )
+    .registry(dir)
 }
 
 #[tokio::test]

@@ -7,13 +7,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use leaf_core::{Error, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 
 /// How to reach a MySQL-compatible server (MySQL 8, MariaDB 10.11+). The segment store
 /// (`[segment]` with `store = "mysql"`) and the `mysql` workerId mode (`[snowflake.mysql]`)
 /// take the same settings.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MysqlConfig {
     /// The server and database, `mysql://user:password@host:3306/leaf` (Leaf's `leaf.jdbc.url`
@@ -79,6 +79,20 @@ impl MysqlConfig {
     /// The URL with its password replaced by `***`, for logs and messages.
     pub fn redacted_url(&self) -> String {
         redact_url(&self.url)
+    }
+
+    /// `Config`, naming the field, if a value cannot work: a URL that is not a `mysql://` one,
+    /// an unknown `ssl_mode`, a number out of its range.
+    pub fn validate(&self) -> Result<()> {
+        const HOUR_MS: u64 = 3_600_000;
+        leaf_core::check_bounds(&[
+            ("max_connections", u64::from(self.max_connections), 1, 1_000),
+            ("connect_timeout_ms", self.connect_timeout_ms, 0, HOUR_MS),
+            ("timeout_ms", self.timeout_ms, 0, HOUR_MS),
+            // InnoDB counts whole seconds.
+            ("lock_wait_timeout_s", self.lock_wait_timeout_s, 1, 3_600),
+        ])?;
+        self.connect_options("url").map(drop)
     }
 
     /// The connection options, or `Config` naming what is wrong (`key` is the configuration

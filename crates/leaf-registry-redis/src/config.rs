@@ -6,12 +6,12 @@ use std::fmt;
 use std::time::Duration;
 
 use leaf_core::{Error, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// How to reach Redis and how the store and the registry use it. The segment store
 /// (`[segment.redis]` with `store = "redis"`) and the `redis` workerId mode
 /// (`[snowflake.redis]`) take the same settings; `lease_ttl_ms` concerns the registry only.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
     /// The server, `redis://[user:password@]host:6379[/db]`. Only a single server (with
@@ -111,20 +111,15 @@ impl RedisConfig {
                 self.key_prefix
             )));
         }
-        if self.connect_timeout_ms == 0 {
-            return Err(Error::Config("connect_timeout_ms must be above 0".into()));
-        }
-        if self.timeout_ms == 0 {
-            return Err(Error::Config("timeout_ms must be above 0".into()));
-        }
-        if self.wait_timeout_ms == 0 {
-            return Err(Error::Config(
-                "wait_timeout_ms must be above 0 (redis waits for ever on 0)".into(),
-            ));
-        }
-        if self.lease_ttl_ms == 0 {
-            return Err(Error::Config("lease_ttl_ms must be above 0".into()));
-        }
+        const HOUR_MS: u64 = 3_600_000;
+        leaf_core::check_bounds(&[
+            ("connect_timeout_ms", self.connect_timeout_ms, 1, HOUR_MS),
+            ("timeout_ms", self.timeout_ms, 1, HOUR_MS),
+            ("wait_replicas", u64::from(self.wait_replicas), 0, 1_000),
+            // Redis waits for ever on 0.
+            ("wait_timeout_ms", self.wait_timeout_ms, 1, HOUR_MS),
+            ("lease_ttl_ms", self.lease_ttl_ms, 1, 24 * HOUR_MS),
+        ])?;
         Ok(())
     }
 

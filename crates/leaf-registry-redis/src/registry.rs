@@ -1,15 +1,14 @@
-//! `RedisRegistry`: the `redis` workerId mode, a recycling pool of leased worker ids, and the
-//! worker-id cache file as every registry keeps it.
+//! `RedisBackend`: the `redis` workerId mode, a recycling pool of leased worker ids;
+//! [`RedisRegistry`] is it with the worker-id cache file.
 
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leaf_core::cache_file::merge_marks;
 use leaf_core::{
-    AcquireRequest, CacheRecord, Error, HeldCache, Lease, LeaseToken, RegistryCapabilities,
-    Renewal, Result, WorkerIdRegistry,
+    AcquireRequest, CachedRegistry, Error, Lease, LeaseToken, RegistryCapabilities, Renewal,
+    Result, WorkerIdBackend,
 };
 use redis::Script;
 use tokio::sync::Mutex;
@@ -72,16 +71,17 @@ return 1
 /// The most ids the claim script looks at: a layout with more worker ids uses the first ones.
 pub(crate) const MAX_POOL_ID: u64 = (1 << 14) - 1;
 
+/// The `redis` workerId mode with the worker-id cache file: what the server runs.
+pub type RedisRegistry = CachedRegistry<RedisBackend>;
+
 /// The `redis` workerId mode: worker ids leased from a pool on Redis, recycled when their
 /// owner stops renewing (the lease key expires). See the crate docs for the keys and scripts.
-pub struct RedisRegistry {
+pub struct RedisBackend {
     conn: Connection,
     /// `{key_prefix}:{name}`.
     prefix: String,
-    cache_dir: PathBuf,
     file_name: String,
-    held: HeldCache,
-    /// The lease held, if any. Locked before `held` by every call.
+    /// The lease held, if any.
     lease: Mutex<Option<Held>>,
     claim: Script,
     renew: Script,
@@ -102,41 +102,42 @@ impl Held {
     }
 }
 
-impl fmt::Debug for RedisRegistry {
+impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisRegistry")
+        f.debug_struct("RedisBackend")
             .field("url", &self.conn.config().redacted_url())
             .field("prefix", &self.prefix)
-            .field("cache_dir", &self.cache_dir)
             .finish_non_exhaustive()
     }
 }
 
-impl RedisRegistry {
-    /// A registry on the server of `config`, for the leaf name `name` (keys under
-    /// `{key_prefix}:{name}`), keeping its cache file in `cache_dir`. Nothing is contacted
-    /// before [`acquire`](WorkerIdRegistry::acquire), so this succeeds while Redis is down; the
-    /// durability guard runs at the first connection (`Config` from that acquire if the server
-    /// is too weak) and after every reconnect.
-    pub fn new(config: &RedisRegistryConfig, cache_dir: PathBuf, name: &str) -> Result<Self> {
+impl RedisBackend {
+    /// The backend on the server of `config`, for the leaf name `name` (keys under
+    /// `{key_prefix}:{name}`). Nothing is contacted before the first claim, so this succeeds
+    /// while Redis is down; the durability guard runs at the first connection (`Config` from
+    /// that claim if the server is too weak) and after every reconnect.
+    pub fn new(config: &RedisRegistryConfig, name: &str) -> Result<Self> {
         let conn = Connection::new(config)?;
         if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == ':') {
             return Err(Error::Config(format!(
                 "the leaf name {name:?} must be non-empty, without whitespace or ':'"
             )));
         }
-        Ok(RedisRegistry {
+        Ok(RedisBackend {
             conn,
             prefix: format!("{}:{name}", config.key_prefix),
-            cache_dir,
             file_name: format!("worker-redis-{name}"),
-            held: HeldCache::new(),
             lease: Mutex::new(None),
             claim: Script::new(CLAIM),
             renew: Script::new(RENEW),
             release: Script::new(RELEASE),
             give_back: Script::new(GIVE_BACK),
         })
+    }
+
+    /// This backend with its cache file in `cache_dir`: the registry the server runs.
+    pub fn registry(self, cache_dir: impl Into<PathBuf>) -> RedisRegistry {
+        CachedRegistry::new(self, cache_dir)
     }
 
     /// `{key_prefix}:{name}:workers:{id}`: the claim, holding the token, expiring after the TTL.
@@ -147,20 +148,6 @@ impl RedisRegistry {
     /// `{key_prefix}:{name}:marks:{id}`: the id's highest mark, persistent.
     pub fn mark_key(&self, id: u64) -> String {
         format!("{}:marks:{id}", self.prefix)
-    }
-
-    /// The TTL, or `Config` naming the field if the caller could not renew in time.
-    fn check_ttl(&self, req: &AcquireRequest) -> Result<Duration> {
-        let ttl = self.conn.config().lease_ttl();
-        if ttl <= req.min_ttl() {
-            return Err(Error::Config(format!(
-                "lease_ttl_ms {} must be above {} ms, the generator's renew period plus fencing \
-                 margin plus latency allowance",
-                ttl.as_millis(),
-                req.min_ttl().as_millis()
-            )));
-        }
-        Ok(ttl)
     }
 
     /// Runs a compare-token script on the claim of `id` as a write. `Ok(None)` when the write
@@ -207,7 +194,7 @@ fn new_token() -> LeaseToken {
 }
 
 #[async_trait]
-impl WorkerIdRegistry for RedisRegistry {
+impl WorkerIdBackend for RedisBackend {
     fn mode(&self) -> &'static str {
         "redis"
     }
@@ -216,13 +203,17 @@ impl WorkerIdRegistry for RedisRegistry {
         RegistryCapabilities::new(true, true)
     }
 
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
-        let ttl = self.check_ttl(req)?;
+    fn cache_file_name(&self) -> &str {
+        &self.file_name
+    }
+
+    fn lease_ttl(&self) -> Option<(Duration, &'static str)> {
+        Some((self.conn.config().lease_ttl(), "lease_ttl_ms"))
+    }
+
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
+        let ttl = self.conn.config().lease_ttl();
         let mut state = self.lease.lock().await;
-        let mut held = self.held.lock().await;
-        // The cache directory's lock first: a second process on it must not start at all.
-        // No start from the cache file: the cached id may have been recycled meanwhile.
-        let (cache, cached) = held.open_unheld(&self.cache_dir, &self.file_name).await?;
         let token = new_token();
         let max = req.max_worker_id.min(MAX_POOL_ID);
         let limit = req.now_ms.saturating_add(req.max_ahead_ms);
@@ -266,23 +257,11 @@ impl WorkerIdRegistry for RedisRegistry {
             self.give_back(worker_id, token).await;
             return Err(not_replicated());
         }
-        let prev_mark_ms = merge_marks(worker_id, (mark > 0).then_some(mark), cached);
-        let lease = Lease::new(worker_id, prev_mark_ms)
+        let carried = (mark > 0).then_some(mark);
+        let lease = Lease::new(worker_id, carried)
             .with_ttl(ttl)
             .with_token(token);
-        let written = cache
-            .write(CacheRecord {
-                worker_id,
-                mark_ms: prev_mark_ms.unwrap_or(0),
-            })
-            .await;
-        if let Err(e) = written {
-            // Not started: the id goes back now rather than after its TTL.
-            self.give_back(worker_id, token).await;
-            return Err(e);
-        }
-        tracing::info!(worker_id, ?prev_mark_ms, identity = %req.identity, ttl_ms = ttl.as_millis() as u64, "redis worker id claimed");
-        held.hold(&lease, cache);
+        tracing::info!(worker_id, carried_mark_ms = ?carried, identity = %req.identity, ttl_ms = ttl.as_millis() as u64, "redis worker id claimed");
         *state = Some(Held {
             worker_id,
             token,
@@ -315,14 +294,10 @@ impl WorkerIdRegistry for RedisRegistry {
                 "the worker id's lease is gone (expired, or claimed by another node)"
             );
             *state = None;
-            self.held.forget(lease).await;
             return Ok(Renewal::LeaseLost);
         }
         if !replicated {
             return Err(not_replicated());
-        }
-        if !self.held.lock().await.write_mark(lease, mark_ms).await? {
-            return Ok(Renewal::LeaseLost);
         }
         Ok(Renewal::Ok { ttl: Some(ttl) })
     }
@@ -350,9 +325,6 @@ impl WorkerIdRegistry for RedisRegistry {
         if n != 1 {
             tracing::debug!(worker_id = id, "the claim was gone at release");
         }
-        if !self.held.release(lease, final_mark_ms).await? {
-            tracing::debug!(worker_id = id, "cache file not held at release");
-        }
         *state = None;
         tracing::info!(
             worker_id = id,
@@ -366,7 +338,6 @@ impl WorkerIdRegistry for RedisRegistry {
         let mut state = self.lease.lock().await;
         if state.as_ref().is_some_and(|h| h.is(lease)) {
             *state = None;
-            self.held.forget(lease).await;
         }
     }
 }
@@ -374,16 +345,15 @@ impl WorkerIdRegistry for RedisRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leaf_core::NodeIdentity;
+    use leaf_core::{NodeIdentity, WorkerIdRegistry};
 
-    fn registry() -> RedisRegistry {
-        let dir = std::env::temp_dir();
-        RedisRegistry::new(&RedisRegistryConfig::default(), dir, "leaf").unwrap()
+    fn backend() -> RedisBackend {
+        RedisBackend::new(&RedisRegistryConfig::default(), "leaf").unwrap()
     }
 
     #[test]
     fn keys() {
-        let r = registry();
+        let r = backend();
         assert_eq!(r.worker_key(3), "leaf:leaf:workers:3");
         assert_eq!(r.mark_key(3), "leaf:leaf:marks:3");
     }
@@ -392,19 +362,24 @@ mod tests {
     fn names_are_one_key_segment() {
         let c = RedisRegistryConfig::default();
         for bad in ["", "a:b", "a b"] {
-            let e = RedisRegistry::new(&c, std::env::temp_dir(), bad).unwrap_err();
+            let e = RedisBackend::new(&c, bad).unwrap_err();
             assert!(matches!(e, Error::Config(_)), "{bad:?}: {e}");
         }
     }
 
-    #[test]
-    fn a_ttl_the_caller_cannot_renew_in_time_is_config() {
-        let r = registry();
+    #[tokio::test]
+    async fn a_ttl_the_caller_cannot_renew_in_time_is_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = backend().registry(dir.path());
         let req = AcquireRequest::new(NodeIdentity::new("10.0.0.1", 1), 1023, 0);
         // Default timing: min ttl 3 s; the default 10 s passes.
-        assert_eq!(r.check_ttl(&req).unwrap(), Duration::from_secs(10));
+        assert_eq!(
+            r.backend().lease_ttl(),
+            Some((Duration::from_secs(10), "lease_ttl_ms"))
+        );
+        // Refused before Redis (here, none) is contacted.
         let slow = req.with_timing(Duration::from_secs(8), Duration::from_secs(1));
-        let e = r.check_ttl(&slow).unwrap_err();
+        let e = r.acquire(&slow).await.unwrap_err();
         assert!(
             matches!(&e, Error::Config(m) if m.starts_with("lease_ttl_ms")),
             "{e}"

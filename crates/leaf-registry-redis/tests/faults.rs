@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{RegFix, StoreFix, config_of, namespace_on, now_ms, request};
 use leaf_core::{Error, NewTag, Renewal, SegmentStore, Tag, WorkerIdRegistry};
-use leaf_registry_redis::{RedisConfig, RedisRegistry, RedisStore};
+use leaf_registry_redis::{RedisBackend, RedisConfig, RedisStore};
 use leaf_testkit::provision::{
     Dedicated, kill_server, redis_dedicated, redis_dedicated_with, redis_with_replica,
 };
@@ -51,7 +51,9 @@ async fn a_stopped_server_is_unavailable_and_serving_resumes_after_restart() {
     let t = new_tag(&store, "stop", 100).await;
     let before = store.allocate(&t, None).await.expect("allocate").range();
     let dir = tempfile::tempdir().unwrap();
-    let registry = RedisRegistry::new(&config, dir.path().to_path_buf(), "leaf").unwrap();
+    let registry = RedisBackend::new(&config, "leaf")
+        .map(|b| b.registry(dir.path().to_path_buf()))
+        .unwrap();
     let lease = registry
         .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.1", 1), 1023))
         .await
@@ -185,7 +187,9 @@ async fn weak_durability_is_refused_unless_accepted() {
     assert!(msg.contains("accept_weak_durability"), "{msg}");
 
     let dir = tempfile::tempdir().unwrap();
-    let registry = RedisRegistry::new(&config, dir.path().to_path_buf(), "leaf").unwrap();
+    let registry = RedisBackend::new(&config, "leaf")
+        .map(|b| b.registry(dir.path().to_path_buf()))
+        .unwrap();
     let e = registry
         .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.1", 1), 1023))
         .await
@@ -358,7 +362,9 @@ async fn writes_not_acknowledged_by_the_replicas_are_unavailable() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let registry = RedisRegistry::new(&waiting_config, dir.path().to_path_buf(), "leaf").unwrap();
+    let registry = RedisBackend::new(&waiting_config, "leaf")
+        .map(|b| b.registry(dir.path().to_path_buf()))
+        .unwrap();
     let e = registry
         .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.4", 1), 0))
         .await
@@ -369,8 +375,9 @@ async fn writes_not_acknowledged_by_the_replicas_are_unavailable() {
     );
     // The unacknowledged claim was given back, not left to expire.
     let dir2 = tempfile::tempdir().unwrap();
-    let plain_registry =
-        RedisRegistry::new(&fix.config, dir2.path().to_path_buf(), "leaf").unwrap();
+    let plain_registry = RedisBackend::new(&fix.config, "leaf")
+        .map(|b| b.registry(dir2.path().to_path_buf()))
+        .unwrap();
     let lease = plain_registry
         .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.4", 2), 0))
         .await
@@ -428,7 +435,9 @@ async fn writes_acknowledged_by_a_replica_are_on_it() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let registry = RedisRegistry::new(&config, dir.path().to_path_buf(), "leaf").unwrap();
+    let registry = RedisBackend::new(&config, "leaf")
+        .map(|b| b.registry(dir.path().to_path_buf()))
+        .unwrap();
     let lease = registry
         .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.5", 1), 0))
         .await

@@ -134,8 +134,8 @@ async fn a_claim_is_a_token_with_a_ttl_and_the_mark_only_rises_until_release() {
         .acquire(&request(NodeIdentity::new("10.0.0.9", 1), 0))
         .await
         .unwrap();
-    let worker = node.worker_key(0);
-    let mark = node.mark_key(0);
+    let worker = node.backend().worker_key(0);
+    let mark = node.backend().mark_key(0);
     assert_eq!(worker, format!("{}:leaf:workers:0", fix.config.key_prefix));
     assert_eq!(mark, format!("{}:leaf:marks:0", fix.config.key_prefix));
     assert_eq!(
@@ -184,7 +184,7 @@ async fn a_claim_is_a_token_with_a_ttl_and_the_mark_only_rises_until_release() {
         .unwrap();
     node.abandon(&again).await;
     assert_eq!(
-        get(&mut c, &node.worker_key(again.worker_id)).await,
+        get(&mut c, &node.backend().worker_key(again.worker_id)).await,
         Some(again.token.get().to_string())
     );
     let other = fix.registry();

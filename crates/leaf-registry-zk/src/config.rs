@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use leaf_core::{Error, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// How to reach ZooKeeper and how the `zk_normal` / `zk_recycle` modes use it.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ZkConfig {
     /// The ensemble, as ZooKeeper's connect string: `host:port[,host:port...]` (Leaf's
@@ -67,14 +67,23 @@ impl ZkConfig {
                 "address must name at least one host:port".into(),
             ));
         }
-        if self.session_timeout_ms == 0 {
-            return Err(Error::Config("session_timeout_ms must be above 0".into()));
-        }
-        if self.recycle_idle_timeout_ms == 0 {
-            return Err(Error::Config(
-                "recycle_idle_timeout_ms must be above 0".into(),
-            ));
-        }
+        const HOUR_MS: u64 = 3_600_000;
+        leaf_core::check_bounds(&[
+            // ZooKeeper grants at least 2 ticks (4 s with its default tickTime).
+            (
+                "session_timeout_ms",
+                self.session_timeout_ms,
+                1_000,
+                HOUR_MS,
+            ),
+            (
+                "recycle_idle_timeout_ms",
+                self.recycle_idle_timeout_ms,
+                1,
+                24 * HOUR_MS,
+            ),
+            ("max_peer_skew_ms", self.max_peer_skew_ms, 0, 24 * HOUR_MS),
+        ])?;
         let root = &self.root;
         let bad_root = !root.starts_with('/')
             || root.len() < 2

@@ -175,6 +175,11 @@ impl ZkBackend {
         CachedRegistry::new(self, cache_dir)
     }
 
+    /// The start-up clock check's bound: `max_peer_skew_ms`.
+    pub fn max_peer_skew_ms(&self) -> u64 {
+        self.config.max_peer_skew_ms
+    }
+
     /// The `ip:port` of every other node listed under `{root}/{name}/temporary/` (the peers of
     /// the start-up clock check).
     pub async fn peers(&self) -> Result<Vec<String>> {
@@ -308,9 +313,15 @@ impl WorkerIdBackend for ZkBackend {
             .then(|| (self.config.recycle_ttl(), "recycle_idle_timeout_ms"))
     }
 
+    fn check_request(&self, req: &AcquireRequest) -> Result<()> {
+        match self.mode {
+            ZkMode::Recycle => self.check_pool(req),
+            ZkMode::Normal => Ok(()),
+        }
+    }
+
     async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
         if self.mode == ZkMode::Recycle {
-            self.check_pool(req)?;
             // Before the claim: in a pool full of crashed nodes' ids, this recycler is the one
             // that frees them.
             self.ensure_recycler();

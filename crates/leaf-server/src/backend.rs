@@ -1,33 +1,124 @@
-//! The one place where the configuration chooses the backends: a `match` on the configured kind
-//! whose arms are compiled per cargo feature. Asking for a kind that was not compiled in fails
-//! start-up with a message naming the feature to enable.
+//! The one place where the configuration chooses the backends. Each backend crate owns its
+//! configuration type (defaults, `validate()` naming its own fields) and its constructors; the
+//! server reads the backend's table (`[segment.<store>]`, `[snowflake.<mode>]`) straight into
+//! that type, prefixes the table's path to its errors, and calls the constructor, in one `match`
+//! arm per backend compiled in by its cargo feature. Asking for a backend that was not compiled
+//! in fails start-up with a message naming the feature to enable.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use leaf_core::{
-    AcquireRequest, Error, Lease, NodeIdentity, RegistryCapabilities, Renewal, Result,
-    SegmentStore, SnowflakeLayout, WorkerIdRegistry,
-};
+use figment::value::{Dict, Value};
+use leaf_core::{Error, NodeIdentity, Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use crate::config::{
-    Config, SegmentSection, SnowflakeMode, SnowflakeSection, StoreKind, key_leading_field,
-    name_keys,
-};
+use crate::config::{Alias, Config, fields_of, in_section, read};
+
+/// One backend table the configuration may hold: where it lives, the cargo feature that
+/// compiles its backend in, and, when compiled in, its defaults (the keys a `LEAF_` variable
+/// may name) and a check of a value.
+#[derive(Clone, Copy)]
+pub struct Section {
+    /// `segment.mysql`, `snowflake.zk`, ...
+    pub path: &'static str,
+    /// The cargo feature (or features) that compile it in.
+    pub feature: &'static str,
+    /// The table's defaults, as the backend's type serialises them.
+    pub defaults: Option<fn() -> Value>,
+    /// Reads and validates a table.
+    check: Option<Check>,
+}
+
+/// Reads the table at a path and validates it by its backend's rules.
+type Check = fn(Option<&Value>, &'static str) -> Result<()>;
+
+impl Section {
+    /// The table's name within its section (`mysql` of `segment.mysql`).
+    pub fn name(&self) -> &'static str {
+        self.path.rsplit('.').next().unwrap_or(self.path)
+    }
+
+    /// Whether its backend is compiled in.
+    pub fn compiled(&self) -> bool {
+        self.check.is_some()
+    }
+}
+
+/// A [`Section`] of the backend type `$ty`, compiled in when `$cfg` holds.
+macro_rules! section {
+    ($path:literal, $feature:literal, $ty:ty, $($cfg:tt)*) => {
+        Section {
+            path: $path,
+            feature: $feature,
+            #[cfg($($cfg)*)]
+            defaults: Some(|| defaults_of::<$ty>()),
+            #[cfg(not($($cfg)*))]
+            defaults: None,
+            #[cfg($($cfg)*)]
+            check: Some(|value, path| read_backend::<$ty>(value, path, <$ty>::validate).map(drop)),
+            #[cfg(not($($cfg)*))]
+            check: None,
+        }
+    };
+}
+
+/// Every backend table, compiled in or not.
+#[rustfmt::skip]
+pub const SECTIONS: &[Section] = &[
+    section!("segment.sqlite", "sqlite", leaf_registry_local::SqliteStoreConfig, feature = "sqlite"),
+    section!("segment.mysql", "mysql", leaf_registry_mysql::MysqlConfig, feature = "mysql"),
+    section!("segment.etcd", "etcd", leaf_registry_etcd::EtcdConfig, feature = "etcd"),
+    section!("segment.redis", "redis", leaf_registry_redis::RedisConfig, feature = "redis"),
+    section!("snowflake.local", "local", leaf_registry_local::LocalRegistryConfig, feature = "local"),
+    section!("snowflake.zk", "zk-normal or zk-recycle", leaf_registry_zk::ZkConfig,
+        any(feature = "zk-normal", feature = "zk-recycle")),
+    section!("snowflake.mysql", "mysql", leaf_registry_mysql::MysqlConfig, feature = "mysql"),
+    section!("snowflake.etcd", "etcd", leaf_registry_etcd::EtcdConfig, feature = "etcd"),
+    section!("snowflake.redis", "redis", leaf_registry_redis::RedisConfig, feature = "redis"),
+];
+
+/// The workerId modes and the table each reads, with their features.
+const MODES: &[(&str, &str, &str)] = &[
+    ("local", "local", "local"),
+    ("zk_normal", "zk", "zk-normal"),
+    ("zk_recycle", "zk", "zk-recycle"),
+    ("mysql", "mysql", "mysql"),
+    ("etcd", "etcd", "etcd"),
+    ("redis", "redis", "redis"),
+];
+
+/// The [`Section`] at `path`.
+pub fn section(path: &str) -> Option<&'static Section> {
+    SECTIONS.iter().find(|s| s.path == path)
+}
+
+/// The keys of a compiled-in section's type.
+fn fields(s: &Section) -> Vec<String> {
+    match s.defaults.map(|d| d()) {
+        Some(Value::Dict(_, d)) => d.into_keys().collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[allow(dead_code, reason = "used by the backends compiled in")]
+fn defaults_of<C: Serialize + Default>() -> Value {
+    Value::serialize(C::default()).unwrap_or_else(|_| Value::from(Dict::new()))
+}
+
+/// The table `value` as `C`, validated by `validate`; errors name `path` and the field.
+#[allow(dead_code, reason = "used by the backends compiled in")]
+fn read_backend<C: DeserializeOwned + Serialize + Default>(
+    value: Option<&Value>,
+    path: &str,
+    validate: fn(&C) -> Result<()>,
+) -> Result<C> {
+    let config: C = read(value, path)?;
+    validate(&config).map_err(|e| in_section(e, path, &fields_of::<C>()))?;
+    Ok(config)
+}
 
 /// The error for a backend whose cargo feature is not compiled in.
-#[cfg_attr(
-    all(
-        feature = "local",
-        feature = "sqlite",
-        feature = "mysql",
-        feature = "zk-normal",
-        feature = "zk-recycle",
-        feature = "redis",
-        feature = "etcd"
-    ),
-    expect(dead_code, reason = "every backend is compiled in")
-)]
 fn missing_feature(key: &str, value: &str, feature: &str) -> Error {
     Error::Config(format!(
         "{key} = \"{value}\" needs leaf-server built with the cargo feature `{feature}` \
@@ -35,120 +126,304 @@ fn missing_feature(key: &str, value: &str, feature: &str) -> Error {
     ))
 }
 
-/// The fields of the stores' configurations, which their errors name (`url: ...`).
-const STORE_FIELDS: &[&str] = &[
-    "url",
-    "max_connections",
-    "busy_timeout_ms",
-    "connect_timeout_ms",
-    "timeout_ms",
-    "lock_wait_timeout_s",
-];
+/// The error for `key = "value"` naming no backend this server knows.
+fn unknown(key: &str, value: &str, known: &[&str]) -> Error {
+    Error::Config(format!(
+        "{key} = \"{value}\" names no backend; one of {}",
+        known.join(", ")
+    ))
+}
 
-/// Connects the segment store named by `segment.store`. A store that cannot be opened for a
+/// Checks the backends' tables of `config` by their crates' rules, so that a bad value stops
+/// the configuration's load rather than the start: the chosen store's and mode's (aliases
+/// included) when their mode is enabled, and every other table present whose backend is
+/// compiled in. A table no backend has is an unknown key.
+pub fn check(config: &Config) -> Result<()> {
+    let (seg, sf) = (&config.segment, &config.snowflake);
+    let tables = seg.stores.iter().map(|(n, v)| ("segment", n, v));
+    for (head, name, value) in tables.chain(sf.backends.iter().map(|(n, v)| ("snowflake", n, v))) {
+        let path = format!("{head}.{name}");
+        match section(&path) {
+            Some(s) if matches!(value, Value::Dict(..)) => {
+                if let Some(check) = s.check {
+                    check(Some(value), s.path)?;
+                }
+            }
+            _ if head == "segment" && crate::config::ALIASES.iter().any(|(k, _, _)| *k == name) => {
+            }
+            _ => return Err(Error::Config(format!("key {path}: unknown field"))),
+        }
+    }
+    // A store or mode this build lacks is refused when the server starts, naming its feature;
+    // an unknown name here.
+    if seg.enabled
+        && let Chosen::Built(store) = choose_store(&seg.store)?
+    {
+        let value = with_aliases(store, seg.stores.get(store.name()), &seg.aliases()?)?;
+        if let Some(check) = store.check {
+            check(Some(&value), store.path).map_err(|e| alias_named(e, seg, store))?;
+        }
+    }
+    if sf.enabled {
+        choose_mode(&sf.mode)?;
+    }
+    Ok(())
+}
+
+/// The tables present whose backend this build does not have: ignored, with a warning.
+pub fn uncompiled(config: &Config) -> Vec<String> {
+    let segment = config
+        .segment
+        .stores
+        .iter()
+        .map(|(n, _)| format!("segment.{n}"));
+    let snowflake = config
+        .snowflake
+        .backends
+        .iter()
+        .map(|(n, _)| format!("snowflake.{n}"));
+    segment
+        .chain(snowflake)
+        .filter_map(|path| section(&path).filter(|s| !s.compiled()))
+        .map(|s| {
+            format!(
+                "[{}] is ignored: this build has no cargo feature {}",
+                s.path, s.feature
+            )
+        })
+        .collect()
+}
+
+/// A chosen backend: compiled in, or not (with the feature that would compile it in).
+enum Chosen {
+    Built(&'static Section),
+    Missing(&'static str),
+}
+
+impl Chosen {
+    /// The section; `Config` naming `key = "value"` and the feature when it is not built.
+    fn built(self, key: &str, value: &str) -> Result<&'static Section> {
+        match self {
+            Chosen::Built(s) => Ok(s),
+            Chosen::Missing(feature) => Err(missing_feature(key, value, feature)),
+        }
+    }
+}
+
+/// The chosen store; `Config` naming `segment.store` if the name is unknown.
+fn choose_store(store: &str) -> Result<Chosen> {
+    match section(&format!("segment.{store}")) {
+        Some(s) if s.compiled() => Ok(Chosen::Built(s)),
+        Some(s) => Ok(Chosen::Missing(s.feature)),
+        None => {
+            let known: Vec<&str> = SECTIONS
+                .iter()
+                .filter_map(|s| s.path.strip_prefix("segment."))
+                .collect();
+            Err(unknown("segment.store", store, &known))
+        }
+    }
+}
+
+/// The chosen mode's table; `Config` naming `snowflake.mode` if the name is unknown.
+fn choose_mode(mode: &str) -> Result<Chosen> {
+    let Some((_, table, feature)) = MODES.iter().find(|(m, _, _)| *m == mode) else {
+        let known: Vec<&str> = MODES.iter().map(|(m, _, _)| *m).collect();
+        return Err(unknown("snowflake.mode", mode, &known));
+    };
+    // The ZooKeeper modes share one table but not their features.
+    let compiled = (*feature != "zk-normal" || cfg!(feature = "zk-normal"))
+        && (*feature != "zk-recycle" || cfg!(feature = "zk-recycle"));
+    Ok(match section(&format!("snowflake.{table}")) {
+        Some(s) if compiled && s.compiled() => Chosen::Built(s),
+        _ => Chosen::Missing(feature),
+    })
+}
+
+/// The chosen store's section, built; `Config` naming `segment.store` otherwise.
+fn store_section(seg: &crate::config::SegmentSection) -> Result<&'static Section> {
+    choose_store(&seg.store)?.built("segment.store", &seg.store)
+}
+
+/// The chosen mode's section, built; `Config` naming `snowflake.mode` otherwise.
+fn mode_section(mode: &str) -> Result<&'static Section> {
+    choose_mode(mode)?.built("snowflake.mode", mode)
+}
+
+/// The store's table with the aliases of `[segment]` filled in where the store has the key and
+/// its table does not set it; an alias and the table disagreeing is a `Config` error.
+fn with_aliases(store: &Section, table: Option<&Value>, aliases: &[Alias]) -> Result<Value> {
+    let mut dict = match table {
+        Some(Value::Dict(_, d)) => d.clone(),
+        _ => Dict::new(),
+    };
+    let fields = fields(store);
+    for (alias, targets, value) in aliases {
+        let Some(target) = targets.iter().find(|t| fields.iter().any(|f| f == *t)) else {
+            continue;
+        };
+        match dict.get(*target) {
+            None => {
+                dict.insert((*target).to_owned(), value.clone());
+            }
+            Some(own) if same(own, value) => {}
+            Some(_) => {
+                return Err(Error::Config(format!(
+                    "segment.{alias} and {}.{target} are both set, to different values; keep one",
+                    store.path
+                )));
+            }
+        }
+    }
+    Ok(Value::from(dict))
+}
+
+/// Whether two values are equal, numbers by value (`2500` read from a file and from an
+/// alias may differ in width).
+fn same(a: &Value, b: &Value) -> bool {
+    let number = |v: &Value| v.to_u128().map(|u| u as i128).or_else(|| v.to_i128());
+    match (number(a), number(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// The store's configuration `C`, aliases filled in, validated.
+#[allow(dead_code, reason = "used by the stores compiled in")]
+fn store_config<C: DeserializeOwned + Serialize + Default>(
+    config: &Config,
+    validate: fn(&C) -> Result<()>,
+) -> Result<C> {
+    let seg = &config.segment;
+    let store = store_section(seg)?;
+    let table = seg.stores.get(store.name());
+    let value = with_aliases(store, table, &seg.aliases()?)?;
+    read_backend(Some(&value), store.path, validate)
+}
+
+/// The mode's configuration `C` from `[snowflake.<table>]`, validated.
+#[allow(dead_code, reason = "used by the modes compiled in")]
+fn mode_config<C: DeserializeOwned + Serialize + Default>(
+    config: &Config,
+    validate: fn(&C) -> Result<()>,
+) -> Result<C> {
+    let s = mode_section(&config.snowflake.mode)?;
+    read_backend(config.snowflake.backends.get(s.name()), s.path, validate)
+}
+
+/// `e`, naming also the alias of the key it is about: the key the operator wrote, when an
+/// alias filled it in, or the alias an earlier version's configuration would use.
+fn alias_named(e: Error, seg: &crate::config::SegmentSection, store: &Section) -> Error {
+    let Error::Config(m) = e else { return e };
+    let table = seg.stores.get(store.name());
+    let set = seg.aliases().unwrap_or_default();
+    let named = crate::config::ALIASES
+        .iter()
+        .find_map(|(alias, targets, _)| {
+            let target = targets
+                .iter()
+                .find(|t| m.contains(&format!("{}.{t}", store.path)))?;
+            let own = matches!(table, Some(Value::Dict(_, d)) if d.contains_key(*target));
+            match (own, set.iter().any(|(k, _, _)| k == alias)) {
+                (false, true) => Some(format!("set as segment.{alias}")),
+                (false, false) => Some(format!("or segment.{alias}")),
+                (true, _) => None,
+            }
+        });
+    match named {
+        Some(note) => Error::Config(format!("{m} ({note})")),
+        None => Error::Config(m),
+    }
+}
+
+/// Opens the segment store named by `segment.store`. A store that cannot be opened for a
 /// reason that may pass (a server down, a file locked by another program) is returned behind a
 /// [`DeferredStore`](crate::deferred::DeferredStore): segment mode starts not ready and its
 /// start-up retries reach the store through it. Refused credentials, a corrupt file and the
 /// like still stop start-up.
-///
-/// `name` is the leaf name (`name`), which namespaces the stores that keep a leaf name's keys
-/// apart (etcd).
-pub async fn segment_store(config: &SegmentSection, name: &str) -> Result<Arc<dyn SegmentStore>> {
-    open_segment_store(config, name)
-        .await
-        .map_err(|e| key_leading_field(e, "segment", STORE_FIELDS))
+pub async fn segment_store(config: &Config) -> Result<Arc<dyn SegmentStore>> {
+    match config.segment.store.as_str() {
+        #[cfg(feature = "sqlite")]
+        "sqlite" => {
+            use leaf_registry_local as b;
+            let v = b::SqliteStoreConfig::validate;
+            store(config, v, b::store_capabilities, |c, n| async move {
+                b::open_store(&c, &n).await
+            })
+            .await
+        }
+        #[cfg(feature = "mysql")]
+        "mysql" => {
+            use leaf_registry_mysql as b;
+            let v = b::MysqlConfig::validate;
+            store(config, v, b::store_capabilities, |c, n| async move {
+                b::open_store(&c, &n).await
+            })
+            .await
+        }
+        #[cfg(feature = "etcd")]
+        "etcd" => {
+            use leaf_registry_etcd as b;
+            let v = b::EtcdConfig::validate;
+            store(config, v, b::store_capabilities, |c, n| async move {
+                b::open_store(&c, &n).await
+            })
+            .await
+        }
+        #[cfg(feature = "redis")]
+        "redis" => {
+            use leaf_registry_redis as b;
+            let v = b::RedisConfig::validate;
+            store(config, v, b::store_capabilities, |c, n| async move {
+                b::open_store(&c, &n).await
+            })
+            .await
+        }
+        // Unknown, or not compiled in: the message says which.
+        _ => Err(store_section(&config.segment)
+            .err()
+            .unwrap_or_else(|| Error::Config("segment.store: no such store".into()))),
+    }
 }
 
-async fn open_segment_store(
-    config: &SegmentSection,
-    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))] config_name: &str,
-) -> Result<Arc<dyn SegmentStore>> {
-    match config.store {
-        #[cfg(feature = "sqlite")]
-        StoreKind::Sqlite => {
-            let sqlite = leaf_registry_local::SqliteStoreConfig {
-                url: config.url.clone(),
-                max_connections: config.max_connections,
-                busy_timeout_ms: config.busy_timeout_ms,
-            };
-            let capabilities = leaf_registry_local::SqliteStore::capabilities_of(&sqlite);
-            connect_or_defer("sqlite", capabilities, move || {
-                let sqlite = sqlite.clone();
-                async move {
-                    let store = leaf_registry_local::SqliteStore::connect(&sqlite).await?;
-                    Ok(Arc::new(store) as Arc<dyn SegmentStore>)
-                }
-            })
-            .await
-        }
-        #[cfg(not(feature = "sqlite"))]
-        StoreKind::Sqlite => Err(missing_feature("segment.store", "sqlite", "sqlite")),
-        #[cfg(feature = "mysql")]
-        StoreKind::Mysql => {
-            let mysql = mysql_store_config(config);
-            // `MysqlStore`'s: durable, shared by any number of servers.
-            let capabilities = leaf_core::StoreCapabilities::new(true, true);
-            connect_or_defer("mysql", capabilities, move || {
-                let mysql = mysql.clone();
-                async move {
-                    let store = leaf_registry_mysql::MysqlStore::connect(&mysql).await?;
-                    Ok(Arc::new(store) as Arc<dyn SegmentStore>)
-                }
-            })
-            .await
-        }
-        #[cfg(not(feature = "mysql"))]
-        StoreKind::Mysql => Err(missing_feature("segment.store", "mysql", "mysql")),
-        #[cfg(feature = "etcd")]
-        StoreKind::Etcd => {
-            let etcd = etcd_store_config(config);
-            let name = config_name.to_string();
-            // `EtcdStore`'s: durable (raft), shared by any number of servers.
-            let capabilities = leaf_core::StoreCapabilities::new(true, true);
-            connect_or_defer("etcd", capabilities, move || {
-                let (etcd, name) = (etcd.clone(), name.clone());
-                async move {
-                    let store = leaf_registry_etcd::EtcdStore::connect(&etcd, &name).await?;
-                    Ok(Arc::new(store) as Arc<dyn SegmentStore>)
-                }
-            })
-            .await
-            .map_err(|e| name_keys(e, ETCD_STORE_WORDS))
-        }
-        #[cfg(not(feature = "etcd"))]
-        StoreKind::Etcd => Err(missing_feature("segment.store", "etcd", "etcd")),
-        #[cfg(feature = "redis")]
-        StoreKind::Redis => {
-            let redis = redis_store_config(config);
-            // `RedisStore`'s: durable (the guard refuses a weak server), shared by any number
-            // of servers.
-            let capabilities = leaf_core::StoreCapabilities::new(true, true);
-            connect_or_defer("redis", capabilities, move || {
-                let redis = redis.clone();
-                async move {
-                    let store = leaf_registry_redis::RedisStore::connect(&redis).await?;
-                    Ok(Arc::new(store) as Arc<dyn SegmentStore>)
-                }
-            })
-            .await
-            .map_err(|e| name_keys(e, REDIS_STORE_WORDS))
-        }
-        #[cfg(not(feature = "redis"))]
-        StoreKind::Redis => Err(missing_feature("segment.store", "redis", "redis")),
-    }
+/// The chosen store of configuration type `C`: read (aliases included) and validated, then
+/// opened with `open`, or deferred while it cannot be yet; errors name the table's keys.
+#[allow(dead_code, reason = "used by the stores compiled in")]
+async fn store<C, F, Fut>(
+    config: &Config,
+    validate: fn(&C) -> Result<()>,
+    capabilities: fn(&C) -> StoreCapabilities,
+    open: F,
+) -> Result<Arc<dyn SegmentStore>>
+where
+    C: DeserializeOwned + Serialize + Default + Clone + Send + Sync + 'static,
+    F: Fn(C, String) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Arc<dyn SegmentStore>>> + Send + 'static,
+{
+    let seg = &config.segment;
+    let section = store_section(seg)?;
+    let c: C = store_config(config, validate).map_err(|e| alias_named(e, seg, section))?;
+    let (caps, name) = (capabilities(&c), config.name.clone());
+    open_or_defer(section.name(), caps, move || open(c.clone(), name.clone()))
+        .await
+        .map_err(keyed::<C>(section.path))
+        .map_err(|e| alias_named(e, seg, section))
+}
+
+/// Puts the table's path in front of the `Config` errors of a backend of type `C`, which name
+/// its own fields.
+#[allow(dead_code, reason = "used by the backends compiled in")]
+fn keyed<C: Serialize + Default>(path: &'static str) -> impl Fn(Error) -> Error {
+    let fields = fields_of::<C>();
+    move |e| in_section(e, path, &fields)
 }
 
 /// `connect()`'s store; on a retryable failure, a [`DeferredStore`](crate::deferred::DeferredStore)
 /// of `kind` with `capabilities` that calls `connect` again on use.
-#[cfg(any(
-    feature = "sqlite",
-    feature = "mysql",
-    feature = "redis",
-    feature = "etcd"
-))]
-async fn connect_or_defer<F, Fut>(
+#[allow(dead_code, reason = "used by the stores compiled in")]
+async fn open_or_defer<F, Fut>(
     kind: &'static str,
-    capabilities: leaf_core::StoreCapabilities,
+    capabilities: StoreCapabilities,
     connect: F,
 ) -> Result<Arc<dyn SegmentStore>>
 where
@@ -170,111 +445,6 @@ where
     }
 }
 
-/// The etcd store's field names in its errors and the keys they come from.
-#[cfg(feature = "etcd")]
-const ETCD_STORE_WORDS: &[(&str, &str)] = &[
-    ("endpoints", "segment.url"),
-    ("timeout_ms", "segment.timeout_ms"),
-];
-
-/// The etcd store's settings: the endpoints listed in `segment.url`, `segment.timeout_ms`.
-#[cfg(feature = "etcd")]
-pub fn etcd_store_config(config: &SegmentSection) -> leaf_registry_etcd::EtcdConfig {
-    leaf_registry_etcd::EtcdConfig {
-        timeout_ms: config.timeout_ms,
-        ..leaf_registry_etcd::EtcdConfig::with_url(&config.url)
-    }
-}
-
-/// The `etcd` mode's settings from `[snowflake.etcd]`.
-#[cfg(feature = "etcd")]
-pub fn etcd_registry_config(
-    section: &crate::config::EtcdSection,
-) -> leaf_registry_etcd::EtcdConfig {
-    leaf_registry_etcd::EtcdConfig {
-        endpoints: section.endpoints.clone(),
-        timeout_ms: section.timeout_ms,
-        lease_ttl_ms: section.lease_ttl_ms,
-        prefix: section.prefix.clone(),
-    }
-}
-
-/// The fields of `[segment.redis]` that the Redis store's errors name, anywhere in the
-/// message (the durability guard's advice), and their keys.
-#[cfg(feature = "redis")]
-const REDIS_STORE_WORDS: &[(&str, &str)] = &[
-    ("key_prefix", "segment.redis.key_prefix"),
-    (
-        "accept_weak_durability",
-        "segment.redis.accept_weak_durability",
-    ),
-    ("assume_durable", "segment.redis.assume_durable"),
-    ("wait_replicas", "segment.redis.wait_replicas"),
-    ("wait_timeout_ms", "segment.redis.wait_timeout_ms"),
-];
-
-/// The Redis store's settings: `segment.url`, the timeouts of `[segment]`, and
-/// `[segment.redis]`.
-#[cfg(feature = "redis")]
-pub fn redis_store_config(config: &SegmentSection) -> leaf_registry_redis::RedisStoreConfig {
-    let r = &config.redis;
-    leaf_registry_redis::RedisConfig {
-        url: config.url.clone(),
-        key_prefix: r.key_prefix.clone(),
-        connect_timeout_ms: config.connect_timeout_ms,
-        timeout_ms: config.timeout_ms,
-        accept_weak_durability: r.accept_weak_durability,
-        assume_durable: r.assume_durable,
-        wait_replicas: r.wait_replicas,
-        wait_timeout_ms: r.wait_timeout_ms,
-        ..leaf_registry_redis::RedisConfig::default()
-    }
-}
-
-/// The `redis` mode's settings from `[snowflake.redis]`.
-#[cfg(feature = "redis")]
-pub fn redis_registry_config(
-    section: &crate::config::RedisSection,
-) -> leaf_registry_redis::RedisRegistryConfig {
-    leaf_registry_redis::RedisConfig {
-        url: section.url.clone(),
-        key_prefix: section.key_prefix.clone(),
-        connect_timeout_ms: section.connect_timeout_ms,
-        timeout_ms: section.timeout_ms,
-        accept_weak_durability: section.accept_weak_durability,
-        assume_durable: section.assume_durable,
-        wait_replicas: section.wait_replicas,
-        wait_timeout_ms: section.wait_timeout_ms,
-        lease_ttl_ms: section.lease_ttl_ms,
-    }
-}
-
-/// The MySQL store's settings from `[segment]`; credentials and TLS (`ssl-mode`, `ssl-ca`)
-/// come in the URL.
-#[cfg(feature = "mysql")]
-pub fn mysql_store_config(config: &SegmentSection) -> leaf_registry_mysql::MysqlStoreConfig {
-    leaf_registry_mysql::MysqlStoreConfig {
-        max_connections: config.max_connections,
-        connect_timeout_ms: config.connect_timeout_ms,
-        timeout_ms: config.timeout_ms,
-        lock_wait_timeout_s: config.lock_wait_timeout_s,
-        ..leaf_registry_mysql::MysqlStoreConfig::with_url(&config.url)
-    }
-}
-
-/// The `mysql` workerId mode's settings from `[snowflake.mysql]`: its URL, and the mysql
-/// crate's defaults otherwise. Two connections suffice: one start-up or release call and one
-/// background mark write at a time.
-#[cfg(feature = "mysql")]
-pub fn mysql_registry_config(
-    config: &crate::config::MysqlSection,
-) -> leaf_registry_mysql::MysqlRegistryConfig {
-    leaf_registry_mysql::MysqlRegistryConfig {
-        max_connections: 2,
-        ..leaf_registry_mysql::MysqlRegistryConfig::with_url(&config.url)
-    }
-}
-
 /// A registry that lists the running nodes of its leaf name, for the start-up peer clock check
 /// (`crate::peer_clock`): the ZooKeeper modes, with Leaf's `temporary` nodes.
 #[async_trait]
@@ -283,6 +453,8 @@ pub trait PeerDirectory: Send + Sync {
     async fn peers(&self) -> Result<Vec<String>>;
     /// Lists this node for the others (once its clock passed the check).
     async fn register(&self, identity: &NodeIdentity) -> Result<()>;
+    /// How far this node's clock may be from its peers' average, in milliseconds.
+    fn max_skew_ms(&self) -> u64;
 }
 
 /// The worker-id registry of the configured mode, and its peer directory when it keeps one.
@@ -293,231 +465,80 @@ pub struct Registry {
     pub peers: Option<Arc<dyn PeerDirectory>>,
 }
 
-impl Registry {
-    /// A registry without a peer directory.
-    pub fn without_peers(worker: Arc<dyn WorkerIdRegistry>) -> Self {
-        Registry {
-            worker,
-            peers: None,
-        }
-    }
-}
-
 /// The worker-id registry named by `snowflake.mode`.
 pub async fn worker_registry(config: &Config) -> Result<Arc<dyn WorkerIdRegistry>> {
     Ok(registry(config).await?.worker)
 }
 
-/// A registry whose `Config` errors name the server's keys: a backend crate names its own
-/// fields (`work_id_map`), an operator needs `snowflake.local.work_id_map`.
-#[derive(Debug)]
-struct Keyed {
-    inner: Arc<dyn WorkerIdRegistry>,
-    section: &'static str,
-    fields: &'static [&'static str],
-    /// Field names that a message may name anywhere, not only first, and their keys.
-    words: &'static [(&'static str, &'static str)],
-}
-
-impl Keyed {
-    fn wrap(
-        inner: Arc<dyn WorkerIdRegistry>,
-        section: &'static str,
-        fields: &'static [&'static str],
-    ) -> Arc<dyn WorkerIdRegistry> {
-        Self::wrap_naming(inner, section, fields, &[])
-    }
-
-    /// [`Keyed::wrap`], with field names a message may name anywhere (`words`).
-    fn wrap_naming(
-        inner: Arc<dyn WorkerIdRegistry>,
-        section: &'static str,
-        fields: &'static [&'static str],
-        words: &'static [(&'static str, &'static str)],
-    ) -> Arc<dyn WorkerIdRegistry> {
-        Arc::new(Keyed {
-            inner,
-            section,
-            fields,
-            words,
-        })
-    }
-
-    fn key(&self, e: Error) -> Error {
-        name_keys(key_leading_field(e, self.section, self.fields), self.words)
-    }
-}
-
-#[async_trait]
-impl WorkerIdRegistry for Keyed {
-    fn mode(&self) -> &'static str {
-        self.inner.mode()
-    }
-    fn capabilities(&self) -> RegistryCapabilities {
-        self.inner.capabilities()
-    }
-    async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {
-        self.inner.acquire(req).await.map_err(|e| self.key(e))
-    }
-    async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
-        self.inner
-            .renew(lease, mark_ms)
-            .await
-            .map_err(|e| self.key(e))
-    }
-    async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
-        self.inner
-            .release(lease, final_mark_ms)
-            .await
-            .map_err(|e| self.key(e))
-    }
-    fn confirmed_mark_ms(&self) -> Option<u64> {
-        self.inner.confirmed_mark_ms()
-    }
-    async fn abandon(&self, lease: &Lease) {
-        self.inner.abandon(lease).await;
-    }
-}
-
-/// The worker-id registry named by `snowflake.mode`, with its peer directory.
+/// The worker-id registry named by `snowflake.mode`, with its peer directory. Nothing is
+/// contacted yet: a registry reaches its server at its first `acquire`, so that a start from
+/// the cache file works while the server is down.
 pub async fn registry(config: &Config) -> Result<Registry> {
     let sf = &config.snowflake;
-    match sf.mode {
+    let (dir, name) = (sf.cache_dir.as_path(), config.name.as_str());
+    let section = mode_section(&sf.mode)?;
+    let plain = |worker: Result<Arc<dyn WorkerIdRegistry>>| {
+        worker.map(|worker| Registry {
+            worker,
+            peers: None,
+        })
+    };
+    match sf.mode.as_str() {
         #[cfg(feature = "local")]
-        SnowflakeMode::Local => Ok(Registry::without_peers(Keyed::wrap(
-            Arc::new(leaf_registry_local::LocalRegistry::new(
-                leaf_registry_local::LocalRegistryConfig {
-                    worker_id: sf.local.worker_id,
-                    work_id_map: sf.local.work_id_map.clone(),
-                },
-                sf.cache_dir.clone(),
-                &config.name,
-            )),
-            "snowflake.local",
-            &["worker_id", "work_id_map"],
-        ))),
-        #[cfg(not(feature = "local"))]
-        SnowflakeMode::Local => Err(missing_feature("snowflake.mode", "local", "local")),
+        "local" => {
+            use leaf_registry_local::LocalRegistryConfig as C;
+            let c = mode_config(config, C::validate)?;
+            plain(
+                leaf_registry_local::open_registry(&c, dir, name).map_err(keyed::<C>(section.path)),
+            )
+        }
         #[cfg(feature = "zk-normal")]
-        SnowflakeMode::ZkNormal => zk_registry(config, leaf_registry_zk::ZkMode::Normal),
-        #[cfg(not(feature = "zk-normal"))]
-        SnowflakeMode::ZkNormal => Err(missing_feature("snowflake.mode", "zk_normal", "zk-normal")),
+        "zk_normal" => zk_registry(config, leaf_registry_zk::ZkMode::Normal, dir, name),
         #[cfg(feature = "zk-recycle")]
-        SnowflakeMode::ZkRecycle => zk_registry(config, leaf_registry_zk::ZkMode::Recycle),
-        #[cfg(not(feature = "zk-recycle"))]
-        SnowflakeMode::ZkRecycle => Err(missing_feature(
-            "snowflake.mode",
-            "zk_recycle",
-            "zk-recycle",
-        )),
+        "zk_recycle" => zk_registry(config, leaf_registry_zk::ZkMode::Recycle, dir, name),
         #[cfg(feature = "mysql")]
-        SnowflakeMode::Mysql => {
-            let registry = leaf_registry_mysql::MysqlBackend::connect(
-                &mysql_registry_config(&sf.mysql),
-                &config.name,
+        "mysql" => {
+            use leaf_registry_mysql::MysqlConfig as C;
+            let c = mode_config(config, C::validate)?;
+            plain(
+                leaf_registry_mysql::open_registry(&c, dir, name).map_err(keyed::<C>(section.path)),
             )
-            .map_err(|e| key_leading_field(e, "snowflake.mysql", &["url"]))?
-            .registry(sf.cache_dir.clone());
-            Ok(Registry::without_peers(Keyed::wrap(
-                Arc::new(registry),
-                "snowflake.mysql",
-                &["url"],
-            )))
         }
-        #[cfg(not(feature = "mysql"))]
-        SnowflakeMode::Mysql => Err(missing_feature("snowflake.mode", "mysql", "mysql")),
         #[cfg(feature = "etcd")]
-        SnowflakeMode::Etcd => {
-            const FIELDS: &[&str] = &["endpoints", "timeout_ms", "lease_ttl_ms", "prefix"];
-            // Contacts nothing until the first `acquire`.
-            let registry = leaf_registry_etcd::EtcdBackend::connect(
-                &etcd_registry_config(&sf.etcd),
-                &config.name,
+        "etcd" => {
+            use leaf_registry_etcd::EtcdConfig as C;
+            let c = mode_config(config, C::validate)?;
+            plain(
+                leaf_registry_etcd::open_registry(&c, dir, name).map_err(keyed::<C>(section.path)),
             )
-            .map_err(|e| key_leading_field(e, "snowflake.etcd", FIELDS))?
-            .registry(sf.cache_dir.clone());
-            Ok(Registry::without_peers(Keyed::wrap(
-                Arc::new(registry),
-                "snowflake.etcd",
-                FIELDS,
-            )))
         }
-        #[cfg(not(feature = "etcd"))]
-        SnowflakeMode::Etcd => Err(missing_feature("snowflake.mode", "etcd", "etcd")),
         #[cfg(feature = "redis")]
-        SnowflakeMode::Redis => {
-            const FIELDS: &[&str] = &[
-                "url",
-                "key_prefix",
-                "lease_ttl_ms",
-                "connect_timeout_ms",
-                "timeout_ms",
-                "accept_weak_durability",
-                "assume_durable",
-                "wait_replicas",
-                "wait_timeout_ms",
-            ];
-            // Contacts nothing until the first `acquire`.
-            let registry = leaf_registry_redis::RedisRegistry::new(
-                &redis_registry_config(&sf.redis),
-                sf.cache_dir.clone(),
-                &config.name,
+        "redis" => {
+            use leaf_registry_redis::RedisConfig as C;
+            let c = mode_config(config, C::validate)?;
+            plain(
+                leaf_registry_redis::open_registry(&c, dir, name).map_err(keyed::<C>(section.path)),
             )
-            .map_err(|e| key_leading_field(e, "snowflake.redis", FIELDS))?;
-            Ok(Registry::without_peers(Keyed::wrap_naming(
-                Arc::new(registry),
-                "snowflake.redis",
-                FIELDS,
-                &[
-                    (
-                        "accept_weak_durability",
-                        "snowflake.redis.accept_weak_durability",
-                    ),
-                    ("assume_durable", "snowflake.redis.assume_durable"),
-                ],
-            )))
         }
-        #[cfg(not(feature = "redis"))]
-        SnowflakeMode::Redis => Err(missing_feature("snowflake.mode", "redis", "redis")),
+        // Never reached: `mode_section` refused a mode not compiled in.
+        other => Err(unknown("snowflake.mode", other, &[])),
     }
 }
 
-/// The ZooKeeper modes' settings from `[snowflake.zk]`.
+/// A ZooKeeper registry of `mode`; it lists the peers too.
 #[cfg(any(feature = "zk-normal", feature = "zk-recycle"))]
-pub fn zk_config(section: &crate::config::ZkSection) -> leaf_registry_zk::ZkConfig {
-    leaf_registry_zk::ZkConfig {
-        address: section.address.clone(),
-        session_timeout_ms: section.session_timeout_ms,
-        recycle_idle_timeout_ms: section.recycle_idle_timeout_ms,
-        root: section.root.clone(),
-        max_peer_skew_ms: section.max_peer_skew_ms,
-        fence_on_disconnect: section.fence_on_disconnect,
-    }
-}
-
-/// A ZooKeeper registry of `mode`; it contacts ZooKeeper only when asked for a worker id, so
-/// that start-up from the cache file works while ZooKeeper is down. It lists the peers too.
-#[cfg(any(feature = "zk-normal", feature = "zk-recycle"))]
-fn zk_registry(config: &Config, mode: leaf_registry_zk::ZkMode) -> Result<Registry> {
-    const FIELDS: &[&str] = &[
-        "address",
-        "session_timeout_ms",
-        "recycle_idle_timeout_ms",
-        "root",
-        "max_peer_skew_ms",
-        "fence_on_disconnect",
-    ];
-    let key = |e| key_leading_field(e, "snowflake.zk", FIELDS);
-    let zk = zk_config(&config.snowflake.zk);
-    // The crate names its fields; the server's keys add the section.
-    zk.validate().map_err(key)?;
-    let registry = Arc::new(
-        leaf_registry_zk::ZkBackend::connect(&zk, mode, &config.name)
-            .map_err(key)?
-            .registry(config.snowflake.cache_dir.clone()),
-    );
+fn zk_registry(
+    config: &Config,
+    mode: leaf_registry_zk::ZkMode,
+    dir: &std::path::Path,
+    name: &str,
+) -> Result<Registry> {
+    use leaf_registry_zk::ZkConfig as C;
+    let c = mode_config(config, C::validate)?;
+    let registry =
+        leaf_registry_zk::open_registry(&c, mode, dir, name).map_err(keyed::<C>("snowflake.zk"))?;
     Ok(Registry {
-        worker: Keyed::wrap(registry.clone(), "snowflake.zk", FIELDS),
+        worker: registry.clone(),
         peers: Some(registry),
     })
 }
@@ -531,18 +552,25 @@ impl PeerDirectory for leaf_registry_zk::ZkRegistry {
     async fn register(&self, identity: &NodeIdentity) -> Result<()> {
         self.backend().register_temporary(identity).await
     }
+    fn max_skew_ms(&self) -> u64 {
+        self.backend().max_peer_skew_ms()
+    }
 }
 
-/// The generator's configuration from `[snowflake]`.
-pub fn generator_config(
-    config: &SnowflakeSection,
-    layout: SnowflakeLayout,
-) -> leaf_snowflake::SnowflakeConfig {
-    config.generator_config(layout)
+/// An error of the chosen mode's registry (from `acquire`: an identity missing from
+/// `work_id_map`, a TTL the generator cannot renew within), its fields named as the server's
+/// keys: the one generic place for them.
+pub fn mode_error(config: &Config, e: Error) -> Error {
+    match mode_section(&config.snowflake.mode) {
+        Ok(s) => in_section(e, s.path, &fields(s)),
+        Err(_) => e,
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     #[tokio::test]
@@ -551,36 +579,193 @@ mod tests {
         let mut modes = Vec::new();
         let mut stores = Vec::new();
         if cfg!(not(feature = "etcd")) {
-            modes.push((SnowflakeMode::Etcd, "`etcd`"));
-            stores.push((StoreKind::Etcd, "`etcd`"));
+            modes.push(("etcd", "`etcd`"));
+            stores.push(("etcd", "`etcd`"));
         }
         if cfg!(not(feature = "zk-normal")) {
-            modes.push((SnowflakeMode::ZkNormal, "`zk-normal`"));
+            modes.push(("zk_normal", "`zk-normal`"));
         }
         if cfg!(not(feature = "zk-recycle")) {
-            modes.push((SnowflakeMode::ZkRecycle, "`zk-recycle`"));
+            modes.push(("zk_recycle", "`zk-recycle`"));
         }
         if cfg!(not(feature = "mysql")) {
-            modes.push((SnowflakeMode::Mysql, "`mysql`"));
-            stores.push((StoreKind::Mysql, "`mysql`"));
+            modes.push(("mysql", "`mysql`"));
+            stores.push(("mysql", "`mysql`"));
         }
         if cfg!(not(feature = "redis")) {
-            modes.push((SnowflakeMode::Redis, "`redis`"));
-            stores.push((StoreKind::Redis, "`redis`"));
+            modes.push(("redis", "`redis`"));
+            stores.push(("redis", "`redis`"));
         }
         for (mode, feature) in modes {
-            c.snowflake.mode = mode;
+            c.snowflake.mode = mode.into();
             let e = worker_registry(&c).await.unwrap_err();
             assert!(matches!(e, Error::Config(_)), "{e}");
             assert!(e.to_string().contains(feature), "{e}");
             assert!(e.to_string().contains("snowflake.mode"), "{e}");
         }
         for (store, feature) in stores {
-            c.segment.store = store;
-            let e = segment_store(&c.segment, &c.name).await.unwrap_err();
+            c.segment.store = store.into();
+            let e = segment_store(&c).await.unwrap_err();
             assert!(e.to_string().contains(feature), "{e}");
             assert!(e.to_string().contains("segment.store"), "{e}");
         }
+    }
+
+    #[tokio::test]
+    async fn unknown_backends_are_refused_listing_the_known_ones() {
+        let mut c = Config::default();
+        c.segment.store = "postgress".into();
+        let e = segment_store(&c).await.unwrap_err().to_string();
+        assert!(
+            e.contains("segment.store = \"postgress\"") && e.contains("mysql"),
+            "{e}"
+        );
+        c.snowflake.mode = "zk".into();
+        let e = worker_registry(&c).await.unwrap_err().to_string();
+        assert!(
+            e.contains("snowflake.mode = \"zk\"") && e.contains("zk_recycle"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_backend_feature_of_the_server_has_its_tables_and_crate() {
+        // The server's features (Cargo.toml) against the backends it composes: each backend
+        // feature names one leaf-registry-* crate of the workspace and has a table here.
+        let manifest = include_str!("../Cargo.toml");
+        let features = &manifest[manifest.find("[features]").unwrap()..];
+        let features = &features[..features.find("\n[").unwrap()];
+        let mut backends = Vec::new();
+        for line in features
+            .lines()
+            .filter(|l| l.contains("dep:leaf-registry-"))
+        {
+            let (feature, deps) = line.split_once(" = ").unwrap();
+            let krate = deps
+                .split("dep:")
+                .nth(1)
+                .and_then(|d| d.split('"').next())
+                .unwrap();
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(krate);
+            assert!(
+                dir.join("Cargo.toml").is_file(),
+                "{feature}: no crate {krate}"
+            );
+            backends.push(feature.trim());
+        }
+        for feature in &backends {
+            assert!(
+                SECTIONS
+                    .iter()
+                    .any(|s| s.feature.split(" or ").any(|f| f == *feature)),
+                "feature {feature} has no table in SECTIONS"
+            );
+        }
+        for s in SECTIONS {
+            assert!(
+                s.feature.split(" or ").all(|f| backends.contains(&f)),
+                "{} names {}, not a backend feature of leaf-server",
+                s.path,
+                s.feature
+            );
+        }
+        for (mode, _, feature) in MODES {
+            assert!(backends.contains(feature), "mode {mode}: feature {feature}");
+        }
+        let crates = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("leaf-registry-"));
+        for krate in crates {
+            assert!(
+                features.contains(&format!("dep:{krate}")),
+                "{krate} is composed by no feature of leaf-server"
+            );
+        }
+    }
+
+    /// Each alias of `[segment]`, written as a `LEAF_` variable as earlier versions documented
+    /// it, reaches the chosen store's key; `C` is the store's type.
+    #[allow(dead_code, reason = "used by the stores compiled in")]
+    fn aliases_reach<C: DeserializeOwned + Serialize + Default>(
+        store: &str,
+        validate: fn(&C) -> Result<()>,
+        cases: &[(&str, &str, &str)],
+    ) {
+        for (alias, value, target) in cases {
+            let var = format!("LEAF_SEGMENT__{}", alias.to_ascii_uppercase());
+            let env = [
+                ("LEAF_SEGMENT__STORE".to_owned(), store.to_owned()),
+                (var.clone(), (*value).to_owned()),
+            ];
+            let config = crate::config::load(None, env)
+                .unwrap_or_else(|e| panic!("{var}: {e}"))
+                .config;
+            let c: C = store_config(&config, validate).unwrap();
+            let json = serde_json::to_value(&c).unwrap();
+            let got = json[target].to_string();
+            assert!(
+                got.trim_matches('"') == *value || got.contains(value),
+                "{var} = {value}: {store}'s {target} is {got}"
+            );
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn the_sqlite_store_takes_the_aliases() {
+        aliases_reach(
+            "sqlite",
+            leaf_registry_local::SqliteStoreConfig::validate,
+            &[
+                ("url", "sqlite://elsewhere/leaf.db", "url"),
+                ("max_connections", "7", "max_connections"),
+                ("busy_timeout_ms", "1234", "busy_timeout_ms"),
+            ],
+        );
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn the_mysql_store_takes_the_aliases() {
+        aliases_reach(
+            "mysql",
+            leaf_registry_mysql::MysqlConfig::validate,
+            &[
+                ("url", "mysql://u@db:3306/leaf", "url"),
+                ("max_connections", "7", "max_connections"),
+                ("connect_timeout_ms", "1234", "connect_timeout_ms"),
+                ("timeout_ms", "2345", "timeout_ms"),
+                ("lock_wait_timeout_s", "9", "lock_wait_timeout_s"),
+            ],
+        );
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn the_etcd_store_takes_the_aliases() {
+        aliases_reach(
+            "etcd",
+            leaf_registry_etcd::EtcdConfig::validate,
+            &[
+                ("url", "http://e1:2379", "endpoints"),
+                ("timeout_ms", "2345", "timeout_ms"),
+            ],
+        );
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn the_redis_store_takes_the_aliases() {
+        aliases_reach(
+            "redis",
+            leaf_registry_redis::RedisConfig::validate,
+            &[
+                ("url", "redis://r:6379", "url"),
+                ("connect_timeout_ms", "1234", "connect_timeout_ms"),
+                ("timeout_ms", "2345", "timeout_ms"),
+            ],
+        );
     }
 
     #[cfg(not(feature = "local"))]
@@ -593,9 +778,7 @@ mod tests {
     #[cfg(not(feature = "sqlite"))]
     #[tokio::test]
     async fn sqlite_store_without_its_feature_names_it() {
-        let e = segment_store(&Config::default().segment, "leaf")
-            .await
-            .unwrap_err();
+        let e = segment_store(&Config::default()).await.unwrap_err();
         assert!(e.to_string().contains("`sqlite`"), "{e}");
     }
 
@@ -604,23 +787,37 @@ mod tests {
     async fn sqlite_store_opens_and_creates_its_directory() {
         let dir = tempfile::tempdir().unwrap();
         let mut c = Config::default();
-        c.segment.url = format!("sqlite://{}/sub/leaf.db", dir.path().display());
-        let store = segment_store(&c.segment, &c.name).await.unwrap();
+        c.segment.stores.insert(
+            "url",
+            format!("sqlite://{}/sub/leaf.db", dir.path().display()),
+        );
+        let store = segment_store(&c).await.unwrap();
         assert_eq!(store.kind(), "sqlite");
         assert!(dir.path().join("sub/leaf.db").exists());
+        // The table's own key, without the alias.
+        c.segment.stores.remove("url");
+        c.segment.stores.set(
+            "sqlite",
+            "url",
+            format!("sqlite://{}/other.db", dir.path().display()),
+        );
+        segment_store(&c).await.unwrap();
+        assert!(dir.path().join("other.db").exists());
     }
 
     #[cfg(feature = "mysql")]
     #[test]
     fn mysql_settings_come_from_the_server_configuration() {
         let mut c = Config::default();
-        c.segment.url = "mysql://leaf:hunter2@db:3306/leaf?ssl-mode=required".into();
-        c.segment.max_connections = 6;
-        c.segment.connect_timeout_ms = 1500;
-        c.segment.timeout_ms = 2500;
-        c.segment.lock_wait_timeout_s = 7;
-        let m = mysql_store_config(&c.segment);
-        assert_eq!(m.url, c.segment.url);
+        c.segment.store = "mysql".into();
+        let url = "mysql://leaf:hunter2@db:3306/leaf?ssl-mode=required";
+        c.segment.stores.insert("url", url);
+        c.segment.stores.insert("max_connections", 6);
+        c.segment.stores.insert("connect_timeout_ms", 1500);
+        c.segment.stores.insert("timeout_ms", 2500);
+        c.segment.stores.insert("lock_wait_timeout_s", 7);
+        let m = store_config(&c, leaf_registry_mysql::MysqlConfig::validate).unwrap();
+        assert_eq!(m.url, url);
         assert_eq!(
             (
                 m.max_connections,
@@ -631,9 +828,22 @@ mod tests {
             (6, 1500, 2500, 7)
         );
         assert!(!format!("{m:?}").contains("hunter2"));
-        c.snowflake.mysql.url = "mysql://w:s3cret@db/leaf".into();
-        let r = mysql_registry_config(&c.snowflake.mysql);
-        assert_eq!(r.url, c.snowflake.mysql.url);
+        // An alias and the table disagreeing is refused; agreeing is fine.
+        c.segment.stores.set("mysql", "timeout_ms", 2500);
+        store_config(&c, leaf_registry_mysql::MysqlConfig::validate).unwrap();
+        c.segment.stores.set("mysql", "timeout_ms", 99);
+        let e = store_config(&c, leaf_registry_mysql::MysqlConfig::validate).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("segment.timeout_ms and segment.mysql.timeout_ms"),
+            "{e}"
+        );
+        c.snowflake.mode = "mysql".into();
+        c.snowflake
+            .backends
+            .set("mysql", "url", "mysql://w:s3cret@db/leaf");
+        let r = mode_config(&c, leaf_registry_mysql::MysqlConfig::validate).unwrap();
+        assert_eq!(r.url, "mysql://w:s3cret@db/leaf");
         assert!(!format!("{r:?}").contains("s3cret"));
     }
 
@@ -643,8 +853,10 @@ mod tests {
         // Nothing listens on port 1: the registry still builds, and fails only when used.
         let dir = tempfile::tempdir().unwrap();
         let mut c = Config::default();
-        c.snowflake.mode = SnowflakeMode::Mysql;
-        c.snowflake.mysql.url = "mysql://leaf:pw@127.0.0.1:1/leaf".into();
+        c.snowflake.mode = "mysql".into();
+        c.snowflake
+            .backends
+            .set("mysql", "url", "mysql://leaf:pw@127.0.0.1:1/leaf");
         c.snowflake.cache_dir = dir.path().to_path_buf();
         let r = worker_registry(&c).await.unwrap();
         assert_eq!(r.mode(), "mysql");
@@ -656,30 +868,34 @@ mod tests {
         // Nothing listens on port 1: the registries still build, and fail only when used.
         let dir = tempfile::tempdir().unwrap();
         let mut c = Config::default();
-        c.snowflake.zk.address = "127.0.0.1:1".into();
+        c.snowflake.backends.set("zk", "address", "127.0.0.1:1");
+        c.snowflake.backends.set("zk", "max_peer_skew_ms", 800);
         c.snowflake.cache_dir = dir.path().to_path_buf();
-        for (mode, name) in [
-            (SnowflakeMode::ZkNormal, "zk_normal"),
-            (SnowflakeMode::ZkRecycle, "zk_recycle"),
-        ] {
-            c.snowflake.mode = mode;
+        for mode in ["zk_normal", "zk_recycle"] {
+            c.snowflake.mode = mode.into();
             let r = registry(&c).await.unwrap();
-            assert_eq!(r.worker.mode(), name);
-            assert!(r.peers.is_some(), "{name} lists its peers");
+            assert_eq!(r.worker.mode(), mode);
+            let peers = r.peers.expect("zookeeper modes list their peers");
+            assert_eq!(peers.max_skew_ms(), 800);
         }
     }
 
     #[cfg(feature = "zk-normal")]
-    #[test]
-    fn zk_settings_come_from_the_server_configuration_and_bad_ones_name_their_key() {
+    #[tokio::test]
+    async fn zk_settings_come_from_the_server_configuration_and_bad_ones_name_their_key() {
         let mut c = Config::default();
-        c.snowflake.zk.address = "zk1:2181,zk2:2181".into();
-        c.snowflake.zk.session_timeout_ms = 6000;
-        c.snowflake.zk.recycle_idle_timeout_ms = 20_000;
-        c.snowflake.zk.root = "/leaf".into();
-        c.snowflake.zk.max_peer_skew_ms = 800;
-        c.snowflake.zk.fence_on_disconnect = true;
-        let z = zk_config(&c.snowflake.zk);
+        c.snowflake.mode = "zk_normal".into();
+        for (key, value) in [
+            ("address", Value::from("zk1:2181,zk2:2181")),
+            ("session_timeout_ms", Value::from(6000u64)),
+            ("recycle_idle_timeout_ms", Value::from(20_000u64)),
+            ("root", Value::from("/leaf")),
+            ("max_peer_skew_ms", Value::from(800u64)),
+            ("fence_on_disconnect", Value::from(true)),
+        ] {
+            c.snowflake.backends.set("zk", key, value);
+        }
+        let z = mode_config(&c, leaf_registry_zk::ZkConfig::validate).unwrap();
         assert_eq!(
             z,
             leaf_registry_zk::ZkConfig {
@@ -691,9 +907,9 @@ mod tests {
                 fence_on_disconnect: true,
             }
         );
-        c.snowflake.mode = SnowflakeMode::ZkNormal;
-        c.snowflake.zk.address = " ".into();
-        let e = zk_registry(&c, leaf_registry_zk::ZkMode::Normal)
+        c.snowflake.backends.set("zk", "address", " ");
+        let e = registry(&c)
+            .await
             .err()
             .expect("an empty address is refused");
         assert!(matches!(e, Error::Config(_)), "{e}");

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use leaf_core::{Error, NodeIdentity, Result};
 
-use crate::config::{SnowflakeMode, SnowflakeSection};
+use crate::config::SnowflakeSection;
 
 /// Resolves the identity. `listen_port` is the port actually bound.
 pub fn node_identity(cfg: &SnowflakeSection, listen_port: u16) -> Result<NodeIdentity> {
@@ -43,8 +43,16 @@ pub fn node_identity(cfg: &SnowflakeSection, listen_port: u16) -> Result<NodeIde
     Ok(NodeIdentity::new(ip.to_string(), port))
 }
 
+/// `local` mode without a `work_id_map` (whose identities must then be real).
 fn single_local_id(cfg: &SnowflakeSection) -> bool {
-    cfg.mode == SnowflakeMode::Local && cfg.local.work_id_map.is_empty()
+    use figment::value::Value;
+    let has_map = match cfg.backends.get("local") {
+        Some(Value::Dict(_, d)) => {
+            matches!(d.get("work_id_map"), Some(Value::Dict(_, m)) if !m.is_empty())
+        }
+        _ => false,
+    };
+    cfg.mode == "local" && !has_map
 }
 
 fn interfaces() -> Result<Vec<(String, IpAddr)>> {

@@ -164,9 +164,9 @@ fn ready(r: &Result<(), String>) -> String {
 }
 
 /// What the index shows of a mode.
-pub struct ModeInfo {
+pub struct ModeInfo<'a> {
     /// The store or workerId mode.
-    pub kind: &'static str,
+    pub kind: &'a str,
     /// Ready, or why not.
     pub readiness: Result<(), String>,
 }
@@ -184,9 +184,9 @@ pub struct NodeInfo<'a> {
     /// When the process started (Unix ms).
     pub started_ms: u64,
     /// Segment mode, `None` when disabled.
-    pub segment: Option<ModeInfo>,
+    pub segment: Option<ModeInfo<'a>>,
     /// Snowflake mode, `None` when disabled; the worker id once one is held.
-    pub snowflake: Option<(ModeInfo, Option<u64>)>,
+    pub snowflake: Option<(ModeInfo<'a>, Option<u64>)>,
 }
 
 /// `/`: the node, its modes and their readiness, and the way to every page.

@@ -387,6 +387,9 @@ mod tests {
             self.registered.lock().unwrap().push(identity.to_string());
             Ok(())
         }
+        fn max_skew_ms(&self) -> u64 {
+            5000
+        }
     }
 
     #[tokio::test]

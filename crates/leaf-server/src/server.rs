@@ -177,12 +177,8 @@ async fn start_segment(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<SegmentService> {
     let seeds = config.segment.seed_tags()?;
-    let store = backend::segment_store(&config.segment, &config.name).await?;
-    tracing::info!(
-        store = store.kind(),
-        url = %crate::config::redact_url(&config.segment.url),
-        "segment store configured"
-    );
+    let store = backend::segment_store(config).await?;
+    tracing::info!(store = store.kind(), "segment store configured");
     let allocator =
         SegmentAllocator::new(store, Arc::clone(clock), config.segment.allocator_config())
             .with_observer(Arc::new(LoadMetrics(Arc::clone(metrics))));
@@ -271,7 +267,7 @@ async fn start_snowflake(
             directory.as_ref(),
             &identity,
             clock.as_ref(),
-            config.snowflake.zk.max_peer_skew_ms,
+            directory.max_skew_ms(),
             |peer| peer_clock::http_time(peer, peer_clock::PEER_TIMEOUT),
         )
         .await;
@@ -281,7 +277,7 @@ async fn start_snowflake(
         }
     }
     let layout = config.snowflake.layout()?;
-    let generator_config = backend::generator_config(&config.snowflake, layout);
+    let generator_config = config.snowflake.generator_config(layout);
     tracing::info!(mode = registry.mode(), %identity, "starting snowflake mode");
     let first = Snowflake::start(
         Arc::clone(&registry),
@@ -289,7 +285,8 @@ async fn start_snowflake(
         Arc::clone(clock),
         generator_config.clone(),
     )
-    .await;
+    .await
+    .map_err(|e| backend::mode_error(config, e));
     match first {
         Ok(generator) => {
             tasks.push(generator.spawn_renewer());

@@ -52,8 +52,8 @@ impl AppState {
                     name: config.name.clone(),
                     listen: config.server.listen.to_string(),
                     started_ms,
-                    segment_store: config.segment.store.name(),
-                    snowflake_mode: config.snowflake.mode.name(),
+                    segment_store: config.segment.store.clone(),
+                    snowflake_mode: config.snowflake.mode.clone(),
                 },
                 admin_token: config.server.admin_token.clone(),
                 max_batch: config.server.max_batch,
@@ -158,9 +158,9 @@ pub struct Node {
     /// When the state was made (the process's start, near enough), Unix ms.
     pub started_ms: u64,
     /// `segment.store`.
-    pub segment_store: &'static str,
+    pub segment_store: String,
     /// `snowflake.mode`.
-    pub snowflake_mode: &'static str,
+    pub snowflake_mode: String,
 }
 
 /// Segment mode: the allocator and whether its start-up (`init`) has succeeded.

@@ -21,7 +21,7 @@ use http_body_util::BodyExt;
 use leaf_core::SnowflakeLayout;
 use leaf_registry_mysql::LEAF_ALLOC_DDL;
 use leaf_server::app;
-use leaf_server::config::{Config, SnowflakeMode, StoreKind};
+use leaf_server::config::Config;
 use leaf_testkit::provision::{self, MysqlDatabase};
 use sqlx::mysql::MySqlPool;
 use sqlx::{AssertSqlSafe, Executor, Row};
@@ -185,11 +185,11 @@ async fn router_serves_both_modes_from_mysql_and_db_lists_the_table() {
     let (db, root) = database().await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::default();
-    config.segment.store = StoreKind::Mysql;
-    config.segment.url = db.url.clone();
-    config.segment.max_connections = 2;
-    config.snowflake.mode = SnowflakeMode::Mysql;
-    config.snowflake.mysql.url = db.url.clone();
+    config.segment.store = "mysql".into();
+    config.segment.stores.insert("url", &db.url);
+    config.segment.stores.insert("max_connections", 2);
+    config.snowflake.mode = "mysql".into();
+    config.snowflake.backends.set("mysql", "url", &db.url);
     config.snowflake.ip = "10.0.0.7".into();
     config.snowflake.port = 8080;
     config.snowflake.cache_dir = dir.path().to_path_buf();
@@ -238,11 +238,17 @@ async fn router_serves_both_modes_from_mysql_and_db_lists_the_table() {
     for row in &rows {
         let (tag, max_id, step): (String, i64, i32) =
             (row.get("biz_tag"), row.get("max_id"), row.get("step"));
-        let cells = format!("<tr><td>{tag}</td><td>{max_id}</td><td>{step}</td>");
+        // The console shows numbers with separators.
+        let cells = format!(
+            "data-label=\"biz_tag\">{tag}</td><td class=\"num\" data-label=\"max_id\">{}</td>\
+             <td class=\"num\" data-label=\"step\">{}</td>",
+            group(max_id),
+            group(i64::from(step))
+        );
         assert!(page.contains(&cells), "{cells} in {page}");
     }
-    assert!(page.contains("<td>2001</td><td>2000</td>"), "{page}");
-    assert!(page.contains("<td>150</td><td>50</td>"), "{page}");
+    assert!(page.contains(">2,001</td>"), "{page}");
+    assert!(page.contains(">150</td>"), "{page}");
     assert!(page.contains("inserted &lt;by&gt; sql"), "{page}");
 
     // Snowflake mode: the worker id is this node's row of leaf_workerid_alloc.
@@ -692,4 +698,17 @@ async fn segment_mode_waits_for_an_unreachable_mysql_while_snowflake_serves() {
     })
     .await
     .unwrap();
+}
+
+/// `n` with thousands separators, as the console shows it.
+fn group(n: i64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use leaf_core::{AcquireRequest, NodeIdentity, SegmentStore, WorkerIdRegistry};
-use leaf_registry_redis::{RedisConfig, RedisRegistry, RedisStore};
+use leaf_registry_redis::{RedisBackend, RedisConfig, RedisRegistry, RedisStore};
 use leaf_testkit::fixture::NodeDirs;
 use leaf_testkit::provision::{RedisNamespace, redis_namespace, redis_namespace_on};
 use leaf_testkit::{RegistryFixture, StoreFixture};
@@ -117,7 +117,11 @@ impl RegFix {
     }
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<RedisRegistry> {
-        Arc::new(RedisRegistry::new(&self.config, dir, NAME).expect("registry"))
+        Arc::new(
+            RedisBackend::new(&self.config, NAME)
+                .map(|b| b.registry(dir))
+                .expect("registry"),
+        )
     }
 
     /// A registry with a new cache directory.

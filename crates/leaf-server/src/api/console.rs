@@ -52,12 +52,12 @@ pub(super) async fn index(
         listen: node.listen.clone(),
         started_ms: node.started_ms,
         segment: state.segment_service().map(|s| ModeInfo {
-            kind: node.segment_store,
+            kind: &node.segment_store,
             readiness: s.readiness(),
         }),
         snowflake: state.snowflake_service().map(|s| {
             let mode = ModeInfo {
-                kind: node.snowflake_mode,
+                kind: &node.snowflake_mode,
                 readiness: s.readiness().map_err(|(why, _)| why),
             };
             (mode, generator.map(|g| g.worker_id()))

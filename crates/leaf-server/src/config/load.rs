@@ -48,6 +48,8 @@ pub fn load(
     }
     let config: Config = figment.merge(env).extract().map_err(describe)?;
     config.validate()?;
+    let mut warnings = warnings;
+    warnings.extend(crate::backend::uncompiled(&config));
     Ok(Loaded {
         config,
         warnings,
@@ -109,6 +111,20 @@ fn known_keys() -> KnownKeys {
     // Serialising the defaults cannot fail: every field is a plain value.
     if let Ok(Value::Dict(_, d)) = Value::serialize(Config::default()) {
         walk("", &d, &mut out);
+    }
+    // The aliases of the store's keys (unset by default); `url` is text.
+    for (key, _, range) in super::ALIASES {
+        let key = format!("segment.{key}");
+        if range.is_none() {
+            out.strings.insert(key.clone());
+        }
+        out.leaves.insert(key);
+    }
+    // Each backend's table, as its compiled-in type's defaults name the keys.
+    for section in crate::backend::SECTIONS {
+        if let Some(Value::Dict(_, d)) = section.defaults.map(|defaults| defaults()) {
+            walk(section.path, &d, &mut out);
+        }
     }
     out
 }
@@ -212,8 +228,8 @@ fn describe(err: figment::Error) -> Error {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::config::{SnowflakeMode, StoreKind};
     use leaf_core::SnowflakeLayout;
+    use leaf_registry_local::LocalRegistryConfig;
 
     pub(in crate::config) fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
         vars.iter()
@@ -221,13 +237,23 @@ pub(super) mod tests {
             .collect()
     }
 
-    /// The keys whose default is a number.
+    /// The keys whose default is a number (the aliases count as numbers but `url`).
     pub(in crate::config) fn known_numeric_keys() -> BTreeSet<String> {
-        let defaults = Figment::from(Serialized::defaults(Config::default()));
+        let mut defaults = Figment::from(Serialized::defaults(Config::default()));
+        for section in crate::backend::SECTIONS {
+            if let Some(d) = section.defaults {
+                defaults = defaults.merge(Serialized::default(section.path, d()));
+            }
+        }
+        let aliases = crate::config::ALIASES
+            .iter()
+            .filter(|(_, _, range)| range.is_some())
+            .map(|(k, _, _)| format!("segment.{k}"));
         known_keys()
             .leaves
             .into_iter()
             .filter(|k| matches!(defaults.find_value(k), Ok(Value::Num(..))))
+            .chain(aliases)
             .collect()
     }
 
@@ -243,10 +269,12 @@ pub(super) mod tests {
         let c = load(None, Vec::new()).unwrap().config;
         assert_eq!(c.server.listen.to_string(), "0.0.0.0:8080");
         assert_eq!(c.server.max_batch, 10_000);
-        assert_eq!(c.segment.url, "sqlite://leaf-data/leaf.db");
-        assert_eq!(c.segment.store, StoreKind::Sqlite);
-        assert_eq!(c.snowflake.mode, SnowflakeMode::Local);
-        assert_eq!(c.snowflake.local.worker_id, 0);
+        let sqlite: leaf_registry_local::SqliteStoreConfig = c.segment.table("sqlite").unwrap();
+        assert_eq!(sqlite.url, "sqlite://leaf-data/leaf.db");
+        assert_eq!(c.segment.store, "sqlite");
+        assert_eq!(c.snowflake.mode, "local");
+        let local: LocalRegistryConfig = c.snowflake.table("local").unwrap();
+        assert_eq!(local.worker_id, 0);
         assert_eq!(c.snowflake.cache_dir, PathBuf::from("leaf-data"));
         assert_eq!(c.segment.seed_tags, vec!["leaf-segment-test".to_string()]);
         assert_eq!(c.snowflake.layout().unwrap(), SnowflakeLayout::default());
@@ -257,8 +285,30 @@ pub(super) mod tests {
         let readme = include_str!("../../README.md");
         let start = readme.find("```toml\n").expect("a toml block") + "```toml\n".len();
         let len = readme[start..].find("```").expect("its end");
-        let l = load_toml(&readme[start..start + len], &[]).unwrap();
-        assert_eq!(l.config, Config::default());
+        let mut c = load_toml(&readme[start..start + len], &[]).unwrap().config;
+        // Each backend table lists its crate's defaults.
+        // Unset options (no default) are documented in a comment.
+        let json = |v: &Value| match serde_json::to_value(v).unwrap() {
+            serde_json::Value::Object(m) => {
+                serde_json::Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect())
+            }
+            other => other,
+        };
+        for section in crate::backend::SECTIONS {
+            let (head, name) = section.path.split_once('.').unwrap();
+            let tables = match head {
+                "segment" => &mut c.segment.stores,
+                _ => &mut c.snowflake.backends,
+            };
+            let listed = tables
+                .get(name)
+                .unwrap_or_else(|| panic!("[{}]", section.path));
+            if let Some(defaults) = section.defaults {
+                assert_eq!(json(listed), json(&defaults()), "[{}]", section.path);
+            }
+            tables.remove(name);
+        }
+        assert_eq!(c, Config::default());
         let listed: BTreeSet<String> = {
             let mut k = known_keys();
             k.leaves.append(&mut k.maps);
@@ -319,7 +369,11 @@ pub(super) mod tests {
             "log.format",
             "log.level",
         ] {
-            assert!(known.contains(key), "{key}");
+            // A backend's keys are known when its crate is compiled in.
+            let uncompiled = crate::backend::SECTIONS
+                .iter()
+                .any(|s| key.starts_with(&format!("{}.", s.path)) && !s.compiled());
+            assert!(known.contains(key) || uncompiled, "{key}");
         }
         assert!(!known.contains("server.lisen"));
         assert!(!known.contains("server"));
@@ -345,8 +399,9 @@ pub(super) mod tests {
         assert_eq!(c.server.listen.to_string(), "127.0.0.1:9090", "env wins");
         assert_eq!(c.server.max_batch, 5, "file wins over defaults");
         assert!(!c.segment.enabled);
-        assert_eq!(c.snowflake.mode, SnowflakeMode::ZkRecycle);
-        assert_eq!(c.snowflake.local.work_id_map.get("10.0.0.1:8080"), Some(&3));
+        assert_eq!(c.snowflake.mode, "zk_recycle");
+        let local: LocalRegistryConfig = c.snowflake.table("local").unwrap();
+        assert_eq!(local.work_id_map.get("10.0.0.1:8080"), Some(&3));
         assert!(l.warnings.is_empty(), "{:?}", l.warnings);
     }
 
@@ -410,7 +465,8 @@ pub(super) mod tests {
         assert_eq!(c.server.admin_token, "12345");
         assert_eq!(c.name, "007");
         assert_eq!(c.snowflake.ip, "10.0.0.1");
-        assert_eq!(c.snowflake.local.work_id_map.get("10.0.0.1:8080"), Some(&3));
+        let local: LocalRegistryConfig = c.snowflake.table("local").unwrap();
+        assert_eq!(local.work_id_map.get("10.0.0.1:8080"), Some(&3));
         assert_eq!(c.segment.seed_tags, ["a", "b"]);
         assert!(!c.snowflake.enabled);
     }

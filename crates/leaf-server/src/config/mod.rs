@@ -7,6 +7,7 @@
 
 mod load;
 mod redact;
+mod sections;
 mod segment;
 mod snowflake;
 
@@ -18,11 +19,9 @@ use serde::{Deserialize, Serialize};
 
 pub use load::{Loaded, load};
 pub use redact::redact_url;
-pub use segment::{SegmentRedisSection, SegmentSection, StoreKind};
-pub use snowflake::{
-    EtcdSection, LocalSection, MysqlSection, RedisSection, SnowflakeMode, SnowflakeSection,
-    ZkSection,
-};
+pub use sections::{Sections, fields_of, in_section, read};
+pub use segment::{ALIASES, Alias, Range, SegmentSection};
+pub use snowflake::SnowflakeSection;
 
 use redact::redacted;
 
@@ -60,22 +59,6 @@ pub(crate) fn name_keys(err: Error, fields: &[(&str, &str)]) -> Error {
     }
     out.push_str(rest);
     Error::Config(out)
-}
-
-/// A backend's `Config` errors start with the name of its own field (`url: ...`); when that is
-/// one of `fields`, the server's key is `{section}.{field}`, so the section is put in front.
-pub fn key_leading_field(err: Error, section: &str, fields: &[&str]) -> Error {
-    let Error::Config(message) = err else {
-        return err;
-    };
-    let end = message
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(message.len());
-    if fields.contains(&&message[..end]) {
-        Error::Config(format!("{section}.{message}"))
-    } else {
-        Error::Config(message)
-    }
 }
 
 /// The prefix of configuration variables.
@@ -202,35 +185,6 @@ pub enum LogFormat {
     Json,
 }
 
-/// Whether `url` names a MySQL-compatible server.
-fn is_mysql_url(url: &str) -> bool {
-    url.split_once("://").is_some_and(|(scheme, _)| {
-        scheme.eq_ignore_ascii_case("mysql") || scheme.eq_ignore_ascii_case("mariadb")
-    })
-}
-
-/// Whether `url` is a list of etcd client URLs, `http://host:port[,http://host:port...]`.
-fn is_etcd_url(url: &str) -> bool {
-    let mut any = false;
-    for endpoint in url.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let ok = endpoint
-            .split_once("://")
-            .is_some_and(|(scheme, rest)| scheme.eq_ignore_ascii_case("http") && !rest.is_empty());
-        if !ok {
-            return false;
-        }
-        any = true;
-    }
-    any
-}
-
-/// Whether `url` names a Redis server.
-fn is_redis_url(url: &str) -> bool {
-    url.split_once("://").is_some_and(|(scheme, _)| {
-        scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss")
-    })
-}
-
 impl Config {
     /// Checks what types alone cannot; errors name the key.
     pub fn validate(&self) -> Result<()> {
@@ -248,7 +202,9 @@ impl Config {
             return bad("log.level", format!("{:?}: {e}", self.log.level));
         }
         self.segment.validate()?;
-        self.snowflake.validate()
+        self.snowflake.validate()?;
+        // The backends' own tables, by their crates' rules.
+        crate::backend::check(self)
     }
 }
 
@@ -305,27 +261,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_backends_leading_field_gets_its_section() {
-        let check = |message: &str, expect: &str| {
-            let e = key_leading_field(Error::Config(message.into()), "segment", &["url"]);
-            assert_eq!(e.to_string(), Error::Config(expect.into()).to_string());
-        };
-        check(
-            "url: the server refused it",
-            "segment.url: the server refused it",
-        );
-        check(
-            "url \"x\" is not a valid sqlite url",
-            "segment.url \"x\" is not a valid sqlite url",
-        );
-        // Only a leading field of the backend, as a whole word.
-        check("urls are odd", "urls are odd");
-        check("segment.store = \"x\"", "segment.store = \"x\"");
-        let other = key_leading_field(Error::Unavailable("url".into()), "segment", &["url"]);
-        assert!(matches!(other, Error::Unavailable(m) if m == "url"));
-    }
-
-    #[test]
     fn the_issues_overflowing_layout_is_refused_naming_the_key() {
         // Issue 7 item 1: this started, reported "0 worker ids" and issued duplicates.
         let e = load(
@@ -361,8 +296,9 @@ mod tests {
         );
     }
 
-    /// Every numeric key: its largest accepted value, and the lowest if above 0 (`None`
-    /// for keys a rule elsewhere bounds, listed so that a new key cannot be forgotten).
+    /// Every numeric key, every backend compiled in: its largest accepted value, and the lowest
+    /// if above 0 (`None` for keys a rule elsewhere bounds, listed so that a new key cannot be
+    /// forgotten). A backend's keys are its crate's `validate()`'s.
     const NUMERIC_BOUNDS: &[(&str, Option<(u64, u64)>)] = &[
         ("server.max_batch", Some((1, 1_000_000))),
         ("server.max_body_bytes", Some((1, 64 << 20))),
@@ -380,13 +316,26 @@ mod tests {
         ("segment.refresh_s", Some((1, 86_400))),
         ("segment.miss_ttl_ms", Some((0, 3_600_000))),
         ("segment.retry_backoff_max_ms", Some((0, 3_600_000))),
+        // The aliases, whatever the store.
         ("segment.max_connections", Some((1, 1_000))),
         ("segment.busy_timeout_ms", Some((0, 3_600_000))),
         ("segment.connect_timeout_ms", Some((0, 3_600_000))),
         ("segment.timeout_ms", Some((0, 3_600_000))),
         ("segment.lock_wait_timeout_s", Some((0, 3_600))),
+        ("segment.sqlite.max_connections", Some((1, 1_000))),
+        ("segment.sqlite.busy_timeout_ms", Some((0, 3_600_000))),
+        ("segment.mysql.max_connections", Some((1, 1_000))),
+        ("segment.mysql.connect_timeout_ms", Some((0, 3_600_000))),
+        ("segment.mysql.timeout_ms", Some((0, 3_600_000))),
+        ("segment.mysql.lock_wait_timeout_s", Some((1, 3_600))),
+        ("segment.etcd.timeout_ms", Some((1, 3_600_000))),
+        // A whole number of seconds (etcd's rule): the bounds are multiples of 1000.
+        ("segment.etcd.lease_ttl_ms", Some((1_000, 86_400_000))),
+        ("segment.redis.connect_timeout_ms", Some((1, 3_600_000))),
+        ("segment.redis.timeout_ms", Some((1, 3_600_000))),
         ("segment.redis.wait_replicas", Some((0, 1_000))),
-        ("segment.redis.wait_timeout_ms", Some((0, 3_600_000))),
+        ("segment.redis.wait_timeout_ms", Some((1, 3_600_000))),
+        ("segment.redis.lease_ttl_ms", Some((1, 86_400_000))),
         ("snowflake.random_start", Some((0, 1 << 62))),
         ("snowflake.max_backwards_ms", Some((0, 60_000))),
         ("snowflake.mark_window_ms", Some((1_001, 3_600_000))),
@@ -400,14 +349,17 @@ mod tests {
             Some((1, 86_400_000)),
         ),
         ("snowflake.zk.max_peer_skew_ms", Some((0, 86_400_000))),
+        ("snowflake.mysql.max_connections", Some((1, 1_000))),
+        ("snowflake.mysql.connect_timeout_ms", Some((0, 3_600_000))),
+        ("snowflake.mysql.timeout_ms", Some((0, 3_600_000))),
+        ("snowflake.mysql.lock_wait_timeout_s", Some((1, 3_600))),
         ("snowflake.etcd.timeout_ms", Some((1, 3_600_000))),
-        // A whole number of seconds (leaf-registry-etcd's rule): the bounds are multiples of 1000.
         ("snowflake.etcd.lease_ttl_ms", Some((1_000, 86_400_000))),
         ("snowflake.redis.lease_ttl_ms", Some((1, 86_400_000))),
-        ("snowflake.redis.connect_timeout_ms", Some((0, 3_600_000))),
-        ("snowflake.redis.timeout_ms", Some((0, 3_600_000))),
+        ("snowflake.redis.connect_timeout_ms", Some((1, 3_600_000))),
+        ("snowflake.redis.timeout_ms", Some((1, 3_600_000))),
         ("snowflake.redis.wait_replicas", Some((0, 1_000))),
-        ("snowflake.redis.wait_timeout_ms", Some((0, 3_600_000))),
+        ("snowflake.redis.wait_timeout_ms", Some((1, 3_600_000))),
         // The layout's rule (layout_validation_table in leaf-core).
         ("snowflake.epoch_ms", None),
         ("snowflake.timestamp_bits", None),
@@ -419,14 +371,24 @@ mod tests {
         ("snowflake.local.worker_id", None),
     ];
 
+    /// The keys of [`NUMERIC_BOUNDS`] this build knows (its backends compiled in).
+    fn compiled_bounds() -> Vec<(&'static str, Option<(u64, u64)>)> {
+        let numeric = load::tests::known_numeric_keys();
+        NUMERIC_BOUNDS
+            .iter()
+            .filter(|(k, _)| numeric.contains(*k))
+            .copied()
+            .collect()
+    }
+
     fn env_name(key: &str) -> String {
         format!("LEAF_{}", key.replace('.', "__").to_ascii_uppercase())
     }
 
     #[test]
     fn every_numeric_key_is_bounded_and_the_error_names_it() {
-        for (key, bounds) in NUMERIC_BOUNDS {
-            let Some((min, max)) = *bounds else { continue };
+        for (key, bounds) in compiled_bounds() {
+            let Some((min, max)) = bounds else { continue };
             let var = env_name(key);
             let ok = |v: u64| load(None, env(&[(&var, &v.to_string())]));
             if let Err(e) = ok(max) {
@@ -450,7 +412,7 @@ mod tests {
 
     #[test]
     fn the_bounds_table_lists_every_numeric_key() {
-        let listed: BTreeSet<&str> = NUMERIC_BOUNDS.iter().map(|(k, _)| *k).collect();
+        let listed: BTreeSet<&str> = compiled_bounds().iter().map(|(k, _)| *k).collect();
         let numeric = load::tests::known_numeric_keys();
         let numeric: BTreeSet<&str> = numeric.iter().map(String::as_str).collect();
         assert_eq!(listed, numeric);
@@ -488,6 +450,7 @@ mod tests {
         check("[segment]\nseed_tags = [\"a/b\"]\n", "segment.seed_tags");
     }
 
+    #[cfg(feature = "etcd")]
     #[test]
     fn etcd_lease_ttls_are_whole_seconds_at_load() {
         // etcd leases count seconds; leaf-registry-etcd refuses anything else, and the
@@ -507,10 +470,13 @@ mod tests {
         }
         for ttl in [4000, 10_000] {
             let loaded = load_toml(&toml(ttl), &[]).unwrap_or_else(|e| panic!("{ttl}: {e}"));
-            assert_eq!(loaded.config.snowflake.etcd.lease_ttl_ms, ttl);
+            let etcd: leaf_registry_etcd::EtcdConfig =
+                loaded.config.snowflake.table("etcd").unwrap();
+            assert_eq!(etcd.lease_ttl_ms, ttl);
         }
     }
 
+    #[cfg(feature = "mysql")]
     #[test]
     fn mysql_backends_need_mysql_urls_and_the_message_hides_the_password() {
         let e = load(
@@ -563,15 +529,21 @@ mod tests {
         )
         .unwrap()
         .config;
-        assert_eq!(c.segment.timeout_ms, 250);
+        let aliases = c.segment.aliases().unwrap();
+        assert_eq!(aliases[0].0, "timeout_ms");
+        assert_eq!(aliases[0].2.to_u128(), Some(250));
     }
 
     #[test]
     fn debug_hides_secrets() {
         let mut c = Config::default();
         c.server.admin_token = "s3cret".into();
-        c.segment.url = "mysql://leaf:hunter2@db:3306/leaf".into();
-        c.snowflake.mysql.url = "mysql://leaf:hunter2@db:3306/leaf".into();
+        c.segment
+            .stores
+            .insert("url", "mysql://leaf:hunter2@db:3306/leaf");
+        c.snowflake
+            .backends
+            .set("mysql", "url", "mysql://leaf:hunter2@db:3306/leaf");
         let d = format!("{c:?}");
         assert!(!d.contains("s3cret") && !d.contains("hunter2"), "{d}");
         assert!(d.contains("mysql://leaf:<redacted>@db:3306/leaf"), "{d}");

@@ -1,44 +1,20 @@
 //! `[segment]`: segment mode and its store.
 
-use std::fmt;
 use std::time::Duration;
 
 use leaf_core::{Error, Result, Tag};
 use leaf_segment::SegmentConfig;
 use serde::{Deserialize, Serialize};
 
-use super::redact::redact_url;
-use super::{bad, check_bounds, is_etcd_url, is_mysql_url, is_redis_url, name_keys};
+use figment::value::Value;
 
-/// The segment stores the configuration can name.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum StoreKind {
-    /// The embedded SQLite file (feature `sqlite`).
-    Sqlite,
-    /// MySQL's `leaf_alloc` table (feature `mysql`).
-    Mysql,
-    /// etcd (feature `etcd`).
-    Etcd,
-    /// Redis, one hash per tag (feature `redis`).
-    Redis,
-}
+use super::sections::Sections;
+use super::{check_bounds, name_keys};
 
-impl StoreKind {
-    /// The configured name.
-    pub fn name(self) -> &'static str {
-        match self {
-            StoreKind::Sqlite => "sqlite",
-            StoreKind::Mysql => "mysql",
-            StoreKind::Etcd => "etcd",
-            StoreKind::Redis => "redis",
-        }
-    }
-}
-
-/// `[segment]`.
-#[derive(Clone, Deserialize, Serialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
+/// `[segment]`: segment mode, the allocator's settings, which store, and each store's own
+/// table (`[segment.sqlite]`, `[segment.mysql]`, ...), read by that store's crate.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default)]
 pub struct SegmentSection {
     /// Serve segment mode. Default `true`.
     pub enabled: bool,
@@ -58,61 +34,48 @@ pub struct SegmentSection {
     pub miss_ttl_ms: u64,
     /// Failed loads are retried with a backoff growing up to this. Default 5000.
     pub retry_backoff_max_ms: u64,
-    /// `sqlite`, `mysql`, `etcd` or `redis`, each behind its cargo feature. Default `sqlite`.
-    pub store: StoreKind,
-    /// The store's address. Default `sqlite://leaf-data/leaf.db`.
-    pub url: String,
-    /// Connections of the store's pool. Default 4.
-    pub max_connections: u32,
-    /// SQLite's busy timeout, in milliseconds. Default 5000.
-    pub busy_timeout_ms: u64,
-    /// MySQL and Redis: how long to wait for a connection (opening one, or a free one of the
-    /// pool), in milliseconds, before a load fails and is retried. Default 3000.
-    pub connect_timeout_ms: u64,
-    /// MySQL, Redis and etcd: the longest one call (an allocation, the tag list) may take, in
-    /// milliseconds; a stalled server fails the call instead of hanging it. Default 5000.
-    pub timeout_ms: u64,
-    /// MySQL: InnoDB's `innodb_lock_wait_timeout` of the store's sessions, in seconds: how long
-    /// an allocation waits for a row another server's transaction holds. At least 1. Default 3.
-    pub lock_wait_timeout_s: u64,
+    /// The store: `sqlite`, `mysql`, `etcd` or `redis`, each behind its cargo feature; its
+    /// settings are the table `[segment.<store>]`. Default `sqlite`.
+    pub store: String,
     /// Tags created at start-up when missing (an existing row is never touched).
     /// Default `["leaf-segment-test"]`, Leaf's quick-start tag.
     pub seed_tags: Vec<String>,
-    /// `[segment.redis]`: the Redis store's settings beyond `url` and the timeouts.
-    pub redis: SegmentRedisSection,
+    /// Each store's table, by name, and the [`ALIASES`] of earlier versions' flat keys as
+    /// they were written.
+    #[serde(flatten)]
+    pub stores: Sections,
 }
 
-/// `[segment.redis]` (`leaf-registry-redis`'s `RedisConfig`; the address is `segment.url`).
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
-pub struct SegmentRedisSection {
-    /// The first part of every key the store writes. Default `leaf`.
-    pub key_prefix: String,
-    /// Start even when Redis is not set to `appendonly yes` + `appendfsync always` (a crash may
-    /// then lose acknowledged allocations, and IDs repeat); a warning is logged at every start.
-    /// Default `false`.
-    pub accept_weak_durability: bool,
-    /// Take the server's durability as sufficient without asking (for servers where `CONFIG`
-    /// is disabled); the operator vouches for it. Default `false`.
-    pub assume_durable: bool,
-    /// After each write, `WAIT` for this many replicas to acknowledge it; 0: no `WAIT`.
-    /// Default 0.
-    pub wait_replicas: u32,
-    /// How long `WAIT` waits for the replicas, in milliseconds. Default 1000.
-    pub wait_timeout_ms: u64,
-}
+/// The keys of `[segment]` kept from earlier versions (and Leaf's `leaf.jdbc.url`): each, when
+/// set, stands for a key of the chosen store's table (the first of its targets the store has),
+/// unless that table sets it itself; a store without such a key ignores it. With the range each
+/// number accepts whatever the store (`None`: text).
+pub const ALIASES: &[(&str, &[&str], Range)] = &[
+    ("url", &["url", "endpoints"], None),
+    ("max_connections", &["max_connections"], Some((1, 1_000))),
+    (
+        "busy_timeout_ms",
+        &["busy_timeout_ms"],
+        Some((0, 3_600_000)),
+    ),
+    (
+        "connect_timeout_ms",
+        &["connect_timeout_ms"],
+        Some((0, 3_600_000)),
+    ),
+    ("timeout_ms", &["timeout_ms"], Some((0, 3_600_000))),
+    (
+        "lock_wait_timeout_s",
+        &["lock_wait_timeout_s"],
+        Some((0, 3_600)),
+    ),
+];
 
-impl Default for SegmentRedisSection {
-    fn default() -> Self {
-        SegmentRedisSection {
-            key_prefix: "leaf".into(),
-            accept_weak_durability: false,
-            assume_durable: false,
-            wait_replicas: 0,
-            wait_timeout_ms: 1000,
-        }
-    }
-}
+/// The numbers an alias accepts, `(min, max)`; `None` for text.
+pub type Range = Option<(u64, u64)>;
+
+/// An alias that is set: its key, the store keys it may stand for, its value.
+pub type Alias = (&'static str, &'static [&'static str], Value);
 
 impl Default for SegmentSection {
     fn default() -> Self {
@@ -126,45 +89,50 @@ impl Default for SegmentSection {
             refresh_s: 60,
             miss_ttl_ms: 1000,
             retry_backoff_max_ms: 5000,
-            store: StoreKind::Sqlite,
-            url: "sqlite://leaf-data/leaf.db".into(),
-            max_connections: 4,
-            busy_timeout_ms: 5000,
-            connect_timeout_ms: 3000,
-            timeout_ms: 5000,
-            lock_wait_timeout_s: 3,
+            store: "sqlite".into(),
             seed_tags: vec!["leaf-segment-test".into()],
-            redis: SegmentRedisSection::default(),
+            stores: Sections::default(),
         }
     }
 }
 
-impl fmt::Debug for SegmentSection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SegmentSection")
-            .field("enabled", &self.enabled)
-            .field("preload_threshold", &self.preload_threshold)
-            .field("switch_wait_ms", &self.switch_wait_ms)
-            .field("step_double_below_s", &self.step_double_below_s)
-            .field("step_halve_above_s", &self.step_halve_above_s)
-            .field("max_step", &self.max_step)
-            .field("refresh_s", &self.refresh_s)
-            .field("miss_ttl_ms", &self.miss_ttl_ms)
-            .field("retry_backoff_max_ms", &self.retry_backoff_max_ms)
-            .field("store", &self.store)
-            .field("url", &redact_url(&self.url))
-            .field("max_connections", &self.max_connections)
-            .field("busy_timeout_ms", &self.busy_timeout_ms)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field("timeout_ms", &self.timeout_ms)
-            .field("lock_wait_timeout_s", &self.lock_wait_timeout_s)
-            .field("seed_tags", &self.seed_tags)
-            .field("redis", &self.redis)
-            .finish()
-    }
-}
-
 impl SegmentSection {
+    /// The table `[segment.<name>]` as the store type `C` (its defaults where the table is
+    /// absent), without the aliases and the store's own checks.
+    pub fn table<C: serde::de::DeserializeOwned>(&self, name: &str) -> Result<C> {
+        super::read(self.stores.get(name), &format!("segment.{name}"))
+    }
+
+    /// The aliases set in `[segment]` (see [`ALIASES`]), checked: text for `url`, numbers
+    /// within their range; errors name the key.
+    pub fn aliases(&self) -> Result<Vec<Alias>> {
+        let mut set = Vec::new();
+        for &(key, targets, range) in ALIASES {
+            let Some(value) = self.stores.get(key) else {
+                continue;
+            };
+            let ok = match (value, range) {
+                (Value::String(..), None) => true,
+                (v, Some((min, max))) => v
+                    .to_u128()
+                    .or_else(|| v.to_i128().and_then(|n| u128::try_from(n).ok()))
+                    .is_some_and(|n| (u128::from(min)..=u128::from(max)).contains(&n)),
+                _ => false,
+            };
+            if !ok {
+                let expected = range.map_or_else(
+                    || "text".to_owned(),
+                    |(min, max)| format!("a number from {min} to {max}"),
+                );
+                return Err(leaf_core::Error::Config(format!(
+                    "segment.{key}: must be {expected}"
+                )));
+            }
+            set.push((key, targets, value.clone()));
+        }
+        Ok(set)
+    }
+
     /// The seed tags, validated.
     pub fn seed_tags(&self) -> Result<Vec<Tag>> {
         self.seed_tags
@@ -189,8 +157,8 @@ impl SegmentSection {
         }
     }
 
-    /// Bounds the numbers, then applies the allocator's own rules (named by these keys), then
-    /// the store's.
+    /// Bounds the numbers, then applies the allocator's own rules (named by these keys). The
+    /// store's table is its crate's to check (`crate::backend::check`).
     pub(super) fn validate(&self) -> Result<()> {
         const HOUR_MS: u64 = 3_600_000;
         const MONTH_S: u64 = 30 * 86_400;
@@ -217,79 +185,12 @@ impl SegmentSection {
                 0,
                 HOUR_MS,
             ),
-            (
-                "segment.max_connections",
-                u64::from(self.max_connections),
-                1,
-                1_000,
-            ),
-            ("segment.busy_timeout_ms", self.busy_timeout_ms, 0, HOUR_MS),
-            (
-                "segment.connect_timeout_ms",
-                self.connect_timeout_ms,
-                0,
-                HOUR_MS,
-            ),
-            ("segment.timeout_ms", self.timeout_ms, 0, HOUR_MS),
-            (
-                "segment.lock_wait_timeout_s",
-                self.lock_wait_timeout_s,
-                0,
-                3_600,
-            ),
-            (
-                "segment.redis.wait_replicas",
-                u64::from(self.redis.wait_replicas),
-                0,
-                1_000,
-            ),
-            (
-                "segment.redis.wait_timeout_ms",
-                self.redis.wait_timeout_ms,
-                0,
-                HOUR_MS,
-            ),
         ])?;
         self.allocator_config()
             .validate()
             .map_err(|e| name_keys(e, FIELD_KEYS))?;
         self.seed_tags()?;
-        if self.enabled && self.store == StoreKind::Mysql {
-            if !is_mysql_url(&self.url) {
-                return bad(
-                    "segment.url",
-                    format!(
-                        "{:?} is not a mysql:// url, which segment.store = \"mysql\" needs",
-                        redact_url(&self.url)
-                    ),
-                );
-            }
-            if self.lock_wait_timeout_s == 0 {
-                return bad(
-                    "segment.lock_wait_timeout_s",
-                    "must be at least 1 (InnoDB counts whole seconds)".into(),
-                );
-            }
-        }
-        if self.enabled && self.store == StoreKind::Etcd && !is_etcd_url(&self.url) {
-            return bad(
-                "segment.url",
-                format!(
-                    "{:?} is not a list of http:// urls (http://host:2379[,http://host:2379...]), \
-                     which segment.store = \"etcd\" needs",
-                    redact_url(&self.url)
-                ),
-            );
-        }
-        if self.enabled && self.store == StoreKind::Redis && !is_redis_url(&self.url) {
-            return bad(
-                "segment.url",
-                format!(
-                    "{:?} is not a redis:// (or rediss://) url, which segment.store = \"redis\" needs",
-                    redact_url(&self.url)
-                ),
-            );
-        }
+        self.aliases()?;
         Ok(())
     }
 }
