@@ -1,9 +1,11 @@
 //! `cargo xtask bench`: runs the criterion benchmarks and prints one summary table from
 //! criterion's `estimates.json` files, with each figure beside its baseline of the same run.
+//! `cargo xtask bench --stores sqlite,mysql,postgres`: the segment stores' allocation
+//! benchmark, one store after the other in one run, on provisioned servers.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 /// One measured benchmark.
@@ -21,13 +23,46 @@ impl Figure {
     }
 }
 
-pub(crate) fn run(root: &Path, quick: bool) -> Result<()> {
+/// The segment stores whose crate has the allocation benchmark (`benches/allocate.rs`, on
+/// `leaf_testkit::bench::allocation`): `--stores` names, crates, and the criterion group.
+const STORES: &[(&str, &str)] = &[
+    ("sqlite", "leaf-registry-local"),
+    ("mysql", "leaf-registry-mysql"),
+    ("postgres", "leaf-registry-postgres"),
+    ("redis", "leaf-registry-redis"),
+    ("etcd", "leaf-registry-etcd"),
+];
+
+/// `cargo xtask bench [--quick] [--stores NAME,NAME...]`.
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
     let timing: &[&str] = if quick {
         &["--warm-up-time", "1", "--measurement-time", "2"]
     } else {
         &["--warm-up-time", "2", "--measurement-time", "5"]
     };
-    for (package, bench) in [("leaf-segment", "segment"), ("leaf-snowflake", "snowflake")] {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let list = match a.as_str() {
+            "--stores" => it
+                .next()
+                .context("--stores needs a list: sqlite,mysql,postgres")?,
+            "--quick" => continue,
+            other => match other.strip_prefix("--stores=") {
+                Some(list) => list,
+                None => {
+                    bail!("unknown argument {other:?} (usage: bench [--quick] [--stores LIST])")
+                }
+            },
+        };
+        let names: Vec<&str> = list.split(',').map(str::trim).collect();
+        return allocation(root, &names, timing);
+    }
+    for (package, bench) in [
+        ("leaf-segment", "segment"),
+        ("leaf-snowflake", "snowflake"),
+        ("leaf-client", "client"),
+    ] {
         let mut args = vec!["bench", "-p", package, "--bench", bench, "--"];
         args.extend_from_slice(timing);
         crate::cargo(root, &format!("bench {bench}"), &args)?;
@@ -122,6 +157,97 @@ pub(crate) fn run(root: &Path, quick: bool) -> Result<()> {
         "one generator, two threads".into(),
         "",
     );
+    client_rows(&get)
+}
+
+/// `leaf-client`'s figures, each beside its in-process counterpart of the same run.
+fn client_rows(get: &dyn Fn(&str, &str) -> Result<Figure>) -> Result<()> {
+    let baseline = get("client", "atomic_fetch_add_baseline")?;
+    row(
+        "client/atomic_fetch_add_baseline",
+        &baseline,
+        "baseline (this run)".into(),
+        "",
+    );
+    let mut in_process = Vec::new();
+    for id in ["in_process_handle_next_id", "in_process_next_id_by_name"] {
+        let f = get("client", id)?;
+        let ratio = f.ns_per_iter / baseline.ns_per_iter;
+        row(
+            &format!("client/{id}"),
+            &f,
+            format!("{ratio:.2}x the baseline"),
+            "",
+        );
+        in_process.push(f);
+    }
+    let handle = get("client", "client_handle_next_id")?;
+    let ratio = handle.ns_per_iter / in_process[0].ns_per_iter;
+    row(
+        "client/client_handle_next_id",
+        &handle,
+        format!("{ratio:.2}x the in-process handle"),
+        &verdict(ratio <= 1.5, "at most 1.5x"),
+    );
+    let by_name = get("client", "client_next_id_by_name")?;
+    row(
+        "client/client_next_id_by_name",
+        &by_name,
+        format!(
+            "{:.2}x the in-process allocator by name",
+            by_name.ns_per_iter / in_process[1].ns_per_iter
+        ),
+        "",
+    );
+    let http = get("client", "http_single_id")?;
+    row(
+        "client/http_single_id",
+        &http,
+        format!(
+            "{:.0}x the client handle's time per ID",
+            http.ns_per_id() / handle.ns_per_id()
+        ),
+        "",
+    );
+    Ok(())
+}
+
+/// The allocation benchmark of each store in `names`, one after the other in one run, on the
+/// servers `cargo xtask conformance` would give them (the local testbed images unless a
+/// `LEAFTEST_*` variable says otherwise), then one table of criterion's means. Each bench
+/// prints its own percentiles as it ends.
+fn allocation(root: &Path, names: &[&str], timing: &[&str]) -> Result<()> {
+    let mut crates = Vec::new();
+    for name in names {
+        let Some((_, package)) = STORES.iter().find(|(n, _)| n == name) else {
+            let known: Vec<&str> = STORES.iter().map(|(n, _)| *n).collect();
+            bail!("--stores: no store {name:?}; one of {}", known.join(", "));
+        };
+        crates.push((*name, *package));
+    }
+    let env = crate::conformance::server_env_for(root, names)?;
+    for (name, package) in &crates {
+        let mut args = vec!["bench", "-p", package, "--bench", "allocate", "--"];
+        args.extend_from_slice(timing);
+        crate::cargo_with_env(root, &format!("bench allocate on {name}"), &args, &env)?;
+    }
+    let criterion = target_dir(root).join("criterion");
+    println!();
+    println!("| store | allocate, stored step | allocate, dynamic step |");
+    println!("|---|---:|---:|");
+    for (name, _) in &crates {
+        let ms = |id: &str| -> Result<String> {
+            let f = read_figure(&criterion, name, id)?;
+            Ok(format!("{:.3} ms", f.ns_per_iter / 1e6))
+        };
+        println!(
+            "| {name} | {} | {} |",
+            ms("allocate")?,
+            ms("allocate_dynamic_step")?
+        );
+    }
+    println!();
+    println!("- criterion's mean per allocation; the percentiles are in each bench's output");
     Ok(())
 }
 

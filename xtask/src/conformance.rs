@@ -64,6 +64,31 @@ const BACKENDS: &[Backend] = &[
         test: None,
         url_var: Some("LEAFTEST_MYSQL_URL"),
     },
+    // leaf-client's black-box scenarios on the same MySQL: clients and servers sharing one
+    // `leaf_alloc`, a server killed mid-run, every server down (`tests/mariadb.rs`).
+    Backend {
+        name: "mysql",
+        package: "leaf-client",
+        features: Some("_mysql-tests"),
+        test: Some("mariadb"),
+        url_var: Some("LEAFTEST_MYSQL_URL"),
+    },
+    Backend {
+        name: "postgres",
+        package: "leaf-registry-postgres",
+        features: None,
+        test: None,
+        url_var: Some("LEAFTEST_POSTGRES_URL"),
+    },
+    // The server on the same PostgreSQL: `tests/postgres.rs` (two processes sharing one table
+    // and one worker-id table, one identity refused, a crash, the server stopped).
+    Backend {
+        name: "postgres",
+        package: "leaf-server",
+        features: Some("postgres"),
+        test: None,
+        url_var: Some("LEAFTEST_POSTGRES_URL"),
+    },
     // The ZooKeeper provisioning itself (shared server, dedicated server, ensemble).
     Backend {
         name: "zk",
@@ -117,7 +142,19 @@ const BACKENDS: &[Backend] = &[
         test: None,
         url_var: Some("LEAFTEST_ETCD_URL"),
     },
+    // leaf-server containers of the image over a ZooKeeper ensemble and an etcd cluster:
+    // killed, paused, a member stopped. Needs the server image and both testbed images.
+    Backend {
+        name: "cluster",
+        package: "leaf-testkit",
+        features: Some("cluster"),
+        test: Some("cluster"),
+        url_var: None,
+    },
 ];
+
+/// The backends whose containers the cluster test runs beside the server's image.
+const CLUSTER_NEEDS: &[&str] = &["zk", "etcd"];
 
 /// Whether `b`'s crate is in the workspace and declares the features its run needs.
 fn available(root: &Path, b: &Backend) -> bool {
@@ -265,7 +302,20 @@ pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(Stri
     if selected.iter().any(|b| needs_server(b)) {
         check_docker()?;
     }
+    let cluster = selected.iter().any(|b| b.name == "cluster");
+    if cluster {
+        check_docker()?;
+    }
     let mut done: Vec<&str> = Vec::new();
+    if cluster {
+        for name in CLUSTER_NEEDS {
+            if let Some(spec) = testbed::IMAGES.iter().find(|i| i.backend == *name) {
+                testbed_image(root, spec, &mut env)?;
+                done.push(name);
+            }
+        }
+        server_image(root, &mut env)?;
+    }
     for b in selected.iter().filter(|b| needs_server(b)) {
         // Several crates test on one kind of server (the backend crate and the server).
         if done.contains(&b.name) {
@@ -277,6 +327,15 @@ pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(Stri
         }
     }
     Ok(env)
+}
+
+/// [`server_env`] for the backends named `names` (those without a server need nothing).
+pub(crate) fn server_env_for(root: &Path, names: &[&str]) -> Result<Vec<(String, String)>> {
+    let selected: Vec<&Backend> = BACKENDS
+        .iter()
+        .filter(|b| names.contains(&b.name))
+        .collect();
+    server_env(root, &selected)
 }
 
 /// Picks the image of a server backend: the one the caller named in its variable, else the
@@ -318,6 +377,29 @@ fn testbed_image(
 }
 
 /// Fails early, with what to do, when Docker cannot be used.
+/// The leaf-server image of the cluster test: `LEAFTEST_SERVER_IMAGE` if set, else
+/// `leaf-server:local` built now by `cargo xtask image`, so that it carries this source.
+fn server_image(root: &Path, env: &mut Vec<(String, String)>) -> Result<()> {
+    const VAR: &str = "LEAFTEST_SERVER_IMAGE";
+    if let Ok(image) = std::env::var(VAR)
+        && !image.is_empty()
+    {
+        eprintln!("xtask conformance: cluster uses {image} ({VAR})");
+        return Ok(());
+    }
+    if let Some(why) = testbed::cannot_build() {
+        bail!(
+            "the cluster test needs the image {}, which cannot be built here: {why}.\n\
+             Build it with `cargo xtask image` (as root) or `docker build -t {} .`, or set {VAR}",
+            crate::image::IMAGE,
+            crate::image::IMAGE
+        );
+    }
+    crate::image::run(root, &[])?;
+    env.push((VAR.to_string(), crate::image::IMAGE.to_string()));
+    Ok(())
+}
+
 fn check_docker() -> Result<()> {
     let out = Command::new("docker")
         .args(["version", "--format", "{{.Server.APIVersion}}"])

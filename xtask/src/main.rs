@@ -2,7 +2,9 @@
 //!
 //! - `cargo xtask ci`: format check, clippy with `-D warnings`, the conformance suite on
 //!   provisioned servers, every other test.
-//! - `cargo xtask bench [--quick]`: the criterion benchmarks and one summary table.
+//! - `cargo xtask bench [--quick] [--stores LIST]`: the criterion benchmarks and one summary
+//!   table; with `--stores`, the segment stores' allocation benchmark.
+//! - `cargo xtask image`: the `leaf-server:local` container image, from Debian packages.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,6 +15,7 @@ use anyhow::{Context, Result, bail};
 mod bench;
 mod bench_http;
 mod conformance;
+mod image;
 mod testbed;
 
 const USAGE: &str = "usage: cargo xtask <command>
@@ -20,14 +23,21 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test
   bench [--quick] run the criterion benchmarks and print the summary table
-  bench-http [SECONDS] [--store mysql|redis|etcd] [--snowflake-load [--server PATH]]
+  bench [--quick] --stores sqlite,mysql,postgres,...
+                  the segment stores' allocation benchmark, one after the other, on
+                  provisioned servers (the testbed images), and a table of the means
+  bench-http [SECONDS] [--store mysql|postgres|redis|etcd]... [--snowflake-load [--server PATH]]
                   the release leaf-server under oha: req/s, latency, batches, RSS, start-up;
-                  with --store mysql|redis|etcd: segment mode on SQLite beside that store;
+                  with --store (repeatable): segment mode on SQLite beside those stores;
                   with --snowflake-load: segment latency alone and under snowflake batches
   conformance [--backend NAME]
-                  run the backend crates' tests on provisioned servers (sqlite, local, mysql, zk, etcd, redis)
+                  run the backend crates' tests on provisioned servers (sqlite, local, mysql, postgres,
+                  zk, etcd, redis, cluster)
   testbed [--force] [BACKEND...]
-                  build the servers' test images locally from Debian packages (needs root)";
+                  build the servers' test images locally from Debian packages (needs root)
+  image [--features F] [--tag T]
+                  build the leaf-server image (leaf-server:local) from Debian packages and the
+                  release binary, as the Dockerfile would where no registry is reachable";
 
 fn main() {
     if let Err(e) = run() {
@@ -41,10 +51,11 @@ fn run() -> Result<()> {
     let root = workspace_root();
     match args.first().map(String::as_str) {
         Some("ci") => ci(&root),
-        Some("bench") => bench::run(&root, args.iter().any(|a| a == "--quick")),
+        Some("bench") => bench::run(&root, &args[1..]),
         Some("bench-http") => bench_http::run(&root, &args[1..]),
         Some("conformance") => conformance::run(&root, &args[1..]),
         Some("testbed") => testbed::run(&root, &args[1..]),
+        Some("image") => image::run(&root, &args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

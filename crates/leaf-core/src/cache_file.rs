@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, MutexGuard};
 
-use crate::{AcquireRequest, Error, Lease, LeaseToken, Renewal, Result};
+#[cfg(test)]
+use crate::Renewal;
+use crate::{AcquireRequest, Error, Lease, LeaseToken, Result};
 
 /// What the cache file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,7 +160,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 /// never overwrite the final mark, and a renewal after the release (or after `forget`) answers
 /// [`Renewal::LeaseLost`]. A claim is matched by worker id *and* [`LeaseToken`].
 #[derive(Debug, Default)]
-pub struct HeldCache {
+pub(crate) struct HeldCache {
     held: Mutex<Held>,
 }
 
@@ -174,19 +176,20 @@ struct Held {
 
 impl HeldCache {
     /// Nothing held: no file is open and no directory locked.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Takes the lease's lock, for an acquire, or a release that has more to do (a server write,
     /// say) before the file is closed. Renewals and other releases wait until the guard drops.
-    pub async fn lock(&self) -> HeldCacheGuard<'_> {
+    pub(crate) async fn lock(&self) -> HeldCacheGuard<'_> {
         HeldCacheGuard(self.held.lock().await)
     }
 
+    #[cfg(test)]
     /// Writes `mark_ms` for `lease`: [`Renewal::OK`] once it is on disk,
     /// [`Renewal::LeaseLost`] (nothing written) when `lease` does not hold the file.
-    pub async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
+    pub(crate) async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
         Ok(if self.lock().await.write_mark(lease, mark_ms).await? {
             Renewal::OK
         } else {
@@ -194,10 +197,11 @@ impl HeldCache {
         })
     }
 
+    #[cfg(test)]
     /// Writes the final mark for `lease`, then closes the file, which unlocks the directory.
     /// `false`, with nothing written, when `lease` does not hold the file. If the write fails
     /// the file stays held, so the release can be tried again.
-    pub async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<bool> {
+    pub(crate) async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<bool> {
         let mut held = self.lock().await;
         if !held.write_final_mark(lease, final_mark_ms).await? {
             return Ok(false);
@@ -206,28 +210,29 @@ impl HeldCache {
         Ok(true)
     }
 
+    #[cfg(test)]
     /// Forgets `lease` (if it is the holder) without writing: its later renewals and releases
     /// answer as for a lease not held. The file stays open, so the directory stays locked for
     /// this instance's next acquire.
-    pub async fn forget(&self, lease: &Lease) {
+    pub(crate) async fn forget(&self, lease: &Lease) {
         self.lock().await.forget(lease);
     }
 }
 
 /// The locked lease of a [`HeldCache`]; see [`HeldCache::lock`].
 #[derive(Debug)]
-pub struct HeldCacheGuard<'a>(MutexGuard<'a, Held>);
+pub(crate) struct HeldCacheGuard<'a>(MutexGuard<'a, Held>);
 
 impl HeldCacheGuard<'_> {
     /// The worker id holding the file and the file, `None` when nothing is held.
-    pub fn held(&self) -> Option<(u64, &AsyncCacheFile)> {
+    pub(crate) fn held(&self) -> Option<(u64, &AsyncCacheFile)> {
         let (worker_id, _) = self.0.holder?;
         self.0.file.as_ref().map(|f| (worker_id, f))
     }
 
     /// The open file (held or forgotten), or the file `dir/name` opened (and its directory
     /// locked) now. `Config` if another process holds the directory.
-    pub async fn open(&mut self, dir: &Path, name: &str) -> Result<AsyncCacheFile> {
+    pub(crate) async fn open(&mut self, dir: &Path, name: &str) -> Result<AsyncCacheFile> {
         if let Some(f) = &self.0.file {
             return Ok(f.clone());
         }
@@ -238,7 +243,7 @@ impl HeldCacheGuard<'_> {
 
     /// For an acquire: `InvalidInput` if a lease still holds the file (release or abandon it
     /// first); else the file, opened as [`open`](Self::open) does, and what it records.
-    pub async fn open_unheld(
+    pub(crate) async fn open_unheld(
         &mut self,
         dir: &Path,
         name: &str,
@@ -255,14 +260,14 @@ impl HeldCacheGuard<'_> {
 
     /// Records that `lease` holds `file`, replacing (and closing, if it is the last handle)
     /// whatever was open.
-    pub fn hold(&mut self, lease: &Lease, file: AsyncCacheFile) {
+    pub(crate) fn hold(&mut self, lease: &Lease, file: AsyncCacheFile) {
         self.0.file = Some(file);
         self.0.holder = Some((lease.worker_id, lease.token));
         self.0.renewed = 0;
     }
 
     /// Whether `lease` holds the file.
-    pub fn holds(&self, lease: &Lease) -> bool {
+    pub(crate) fn holds(&self, lease: &Lease) -> bool {
         self.0.holder == Some((lease.worker_id, lease.token)) && self.0.file.is_some()
     }
 
@@ -270,7 +275,7 @@ impl HeldCacheGuard<'_> {
     /// renewal of the same claim wrote if that is higher. Marks only rise: a late or repeated
     /// renewal with a lower mark never lowers what is stored, here or in a registry that writes
     /// this value first. Only the release's final mark may be lower.
-    pub fn renewal_mark(&self, lease: &Lease, mark_ms: u64) -> u64 {
+    pub(crate) fn renewal_mark(&self, lease: &Lease, mark_ms: u64) -> u64 {
         if self.holds(lease) {
             mark_ms.max(self.0.renewed)
         } else {
@@ -280,7 +285,7 @@ impl HeldCacheGuard<'_> {
 
     /// A renewal's write: `{worker_id, renewal_mark(mark_ms)}` if `lease` holds the file;
     /// `false`, with nothing written, if it does not.
-    pub async fn write_mark(&mut self, lease: &Lease, mark_ms: u64) -> Result<bool> {
+    pub(crate) async fn write_mark(&mut self, lease: &Lease, mark_ms: u64) -> Result<bool> {
         let mark_ms = self.renewal_mark(lease, mark_ms);
         if !self.write_final_mark(lease, mark_ms).await? {
             return Ok(false);
@@ -292,7 +297,7 @@ impl HeldCacheGuard<'_> {
     /// The release's write: `{worker_id, mark_ms}` as it is (the last timestamp issued, below
     /// the renewed marks), if `lease` holds the file; `false`, with nothing written, if it
     /// does not.
-    pub async fn write_final_mark(&self, lease: &Lease, mark_ms: u64) -> Result<bool> {
+    pub(crate) async fn write_final_mark(&self, lease: &Lease, mark_ms: u64) -> Result<bool> {
         if !self.holds(lease) {
             return Ok(false);
         }
@@ -306,14 +311,14 @@ impl HeldCacheGuard<'_> {
     }
 
     /// Forgets `lease` if it holds the file, keeping the file open (and the directory locked).
-    pub fn forget(&mut self, lease: &Lease) {
+    pub(crate) fn forget(&mut self, lease: &Lease) {
         if self.holds(lease) {
             self.0.holder = None;
         }
     }
 
     /// Lets go of the file: dropping the last handle closes it and with it the directory lock.
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         self.0.file = None;
         self.0.holder = None;
     }
@@ -322,7 +327,7 @@ impl HeldCacheGuard<'_> {
 /// The previous mark of `worker_id` from what the registry and the cache file know: the
 /// highest of the two, the cache file's counting only if it was written for the same worker
 /// id (a mark of 0 means none).
-pub fn merge_marks(
+pub(crate) fn merge_marks(
     worker_id: u64,
     registry_mark: Option<u64>,
     cached: Option<CacheRecord>,
@@ -344,28 +349,12 @@ pub fn merge_marks(
         .max(cached_mark.filter(|m| *m > 0))
 }
 
-/// Starts from the cache file when the registry of `mode` cannot be reached (`cause`, a
-/// retryable error): the worker id the file holds, with its mark as the previous mark, so the
-/// start-up time check still applies. Every non-recycling registry falls back through here;
-/// a recycling one must not (its id may have been recycled meanwhile).
-///
-/// On success the lease holds `file`. `Unavailable` when the file holds no worker id, `Config`
-/// when the cached id does not fit the layout.
-pub async fn start_from_cache(
-    held: &mut HeldCacheGuard<'_>,
-    file: AsyncCacheFile,
-    cached: Option<CacheRecord>,
-    req: &AcquireRequest,
-    mode: &str,
-    cause: &Error,
-) -> Result<Lease> {
-    let lease = cached_lease(file.path(), cached, req, mode, cause)?;
-    held.hold(&lease, file);
-    Ok(lease)
-}
-
-/// The lease a start from the cache file at `path` takes (see [`start_from_cache`]), without
-/// holding the file.
+/// Starts from the cache file at `path` when the registry of `mode` cannot be reached (`cause`,
+/// a retryable error): the worker id the file holds, with its mark as the previous mark, so the
+/// start-up time check still applies. Every non-recycling registry falls back through here (in
+/// `CachedRegistry`); a recycling one must not (its id may have been recycled meanwhile).
+/// `Unavailable` when the file holds no worker id, `Config` when the cached id does not fit the
+/// layout.
 pub(crate) fn cached_lease(
     path: &Path,
     cached: Option<CacheRecord>,
@@ -398,6 +387,25 @@ pub(crate) fn cached_lease(
         r.worker_id,
         (r.mark_ms > 0).then_some(r.mark_ms),
     ))
+}
+
+/// The record of `{dir}/{name}.properties`, read without locking anything: a cache file of an
+/// earlier version's name ([`WorkerIdBackend::legacy_cache_file_name`]). `None` when there is
+/// none or it cannot be read (logged: the start goes on without its mark).
+///
+/// [`WorkerIdBackend::legacy_cache_file_name`]: crate::WorkerIdBackend::legacy_cache_file_name
+pub(crate) async fn read_legacy(dir: PathBuf, name: String) -> Option<CacheRecord> {
+    let path = dir.join(format!("{name}.properties"));
+    let read = blocking(move || match fs::read_to_string(&path) {
+        Ok(text) => Ok(parse(&text)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(&path, "read", e)),
+    })
+    .await;
+    read.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "the cache file of an earlier version cannot be read; its mark does not apply");
+        None
+    })
 }
 
 fn parse(text: &str) -> Option<CacheRecord> {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::cache_file::{HeldCache, cached_lease, merge_marks};
+use crate::cache_file::{HeldCache, cached_lease, merge_marks, read_legacy};
 use crate::{
     AcquireRequest, CacheRecord, Error, Lease, RegistryCapabilities, Renewal, Result,
     WorkerIdRegistry,
@@ -38,6 +38,15 @@ pub trait WorkerIdBackend: Send + Sync + fmt::Debug {
     /// The cache file's name in the cache directory (without extension); distinct per mode
     /// where a worker id cached by one mode must never serve a start in another.
     fn cache_file_name(&self) -> &str;
+
+    /// A name this mode's cache file had in an earlier version. At a start that reached the
+    /// backend, that file is read (never written, never locked) for its time mark only, which
+    /// counts when it is for the worker id the backend assigned: a mark an earlier build kept
+    /// there is not lost by the upgrade. Never used at a start from the cache file, since the
+    /// old name may be another mode's. `None` by default.
+    fn legacy_cache_file_name(&self) -> Option<&str> {
+        None
+    }
 
     /// In recycling modes, the lease TTL the backend grants and the name of the field that sets
     /// it: a TTL the caller cannot renew within is refused with `Config` before anything is
@@ -185,7 +194,11 @@ impl<B: WorkerIdBackend> WorkerIdRegistry for CachedRegistry<B> {
             Err(e) => return Err(e),
         };
         let worker_id = claimed.worker_id;
-        let prev_mark_ms = merge_marks(worker_id, claimed.prev_mark_ms, cached);
+        let mut prev_mark_ms = merge_marks(worker_id, claimed.prev_mark_ms, cached);
+        if let Some(old) = self.backend.legacy_cache_file_name() {
+            let legacy = read_legacy(self.cache_dir.clone(), old.to_owned()).await;
+            prev_mark_ms = merge_marks(worker_id, prev_mark_ms, legacy);
+        }
         let lease = Lease {
             prev_mark_ms,
             ..claimed

@@ -1,27 +1,30 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-pub mod cache_file;
-pub mod cached;
-pub mod clock;
+mod cache_file;
+mod cached;
+mod clock;
 mod error;
-pub mod layout;
+mod layout;
 mod redact;
-pub mod registry;
-pub mod store;
+mod registry;
+mod session_lock;
+mod store;
 mod tag;
 
-pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord, HeldCache, HeldCacheGuard};
+pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord};
 pub use cached::{CachedRegistry, WorkerIdBackend};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, bounded};
 pub use error::{Error, Result, check_bounds};
-pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS};
+pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS, format_utc_ms, utc_parts};
 pub use redact::redact_url;
 pub use registry::{
     AcquireRequest, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity, RegistryCapabilities,
     Renewal, WorkerIdRegistry, min_lease_ttl,
 };
+pub use session_lock::{Held, HeldIdentity, LockAttempt, SessionLock};
 pub use store::{
-    Allocation, DEFAULT_STEP, NewTag, SegmentStore, StoreCapabilities, TagRecord, TagUpdate,
+    Allocation, DEFAULT_STEP, MAX_DESCRIPTION_CHARS, MAX_STEP, NewTag, SegmentStore,
+    StoreCapabilities, TagRecord, TagUpdate, clamp_step, validate_step,
 };
 pub use tag::{MAX_TAG_CHARS, Tag};

@@ -1,25 +1,5 @@
-//! `WorkerIdRegistry`: where snowflake mode gets its worker id, under the lease contract that
-//! every workerId mode (`local`, `mysql`, `zk_normal`, `zk_recycle`, `etcd`) meets.
-//!
-//! The contract, from the generator's side:
-//! 1. [`acquire`](WorkerIdRegistry::acquire) returns a [`Lease`]: the worker id, the highest
-//!    time mark known for it (registry and cache file), in recycling modes the lease TTL, and a
-//!    token naming this claim. The generator issues no timestamp at or below that mark. The
-//!    request carries the caller's renew period and fencing margin; a recycling registry grants
-//!    a TTL above [`min_lease_ttl`] of them, and stores it with the lease so that whoever
-//!    recycles the id uses the owner's TTL, not its own configuration.
-//! 2. Every `mark_renew_ms` the generator calls [`renew`](WorkerIdRegistry::renew) with a mark
-//!    ahead of what it issues. `Renewal::Ok` means the mark is durable (cache file fsynced, and
-//!    in recycling modes the registry written, conditional on the version last seen and on the
-//!    lease's token) and the lease extended by the TTL it carries. The generator never issues a
-//!    timestamp above the last durable mark.
-//! 3. Fencing (recycling modes): the caller reads its monotonic clock *before* `renew`; on `Ok`
-//!    it may issue until that instant + the granted TTL - a safety margin, and nothing after.
-//!    `Renewal::LeaseLost` stops it at once, and the caller
-//!    [`abandon`](WorkerIdRegistry::abandon)s the lease (as after any failed start) before it
-//!    acquires another.
-//! 4. [`release`](WorkerIdRegistry::release) at graceful shutdown records the last timestamp
-//!    actually issued, so a clean restart does not wait. A failed release may be retried.
+//! `WorkerIdRegistry`: where snowflake mode gets its worker id, and the lease contract every
+//! workerId mode meets (on the trait).
 
 use std::fmt::{self, Debug};
 use std::time::Duration;
@@ -128,8 +108,8 @@ impl AcquireRequest {
 }
 
 /// The opaque identity of one claim of a worker id: what tells this claim from an earlier or
-/// later claim of the same id (a znode's creation zxid, an etcd lease id, a row version).
-/// Registries that never recycle may leave it [`LeaseToken::NONE`].
+/// later claim of the same id (a znode's creation zxid, an etcd lease id, a Redis claim token,
+/// a row version). Registries that never recycle may leave it [`LeaseToken::NONE`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LeaseToken(u64);
 
@@ -215,7 +195,7 @@ impl Renewal {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RegistryCapabilities {
-    /// Worker ids return to a pool when their lease ends (`zk_recycle`, `etcd`).
+    /// Worker ids return to a pool when their lease ends (`zk_recycle`, `etcd`, `redis`).
     pub recycles: bool,
     /// Distinct identities get distinct ids by themselves (a shared registry). `false` for
     /// `local`, where the ids come from configuration.
@@ -244,10 +224,34 @@ impl RegistryCapabilities {
     }
 }
 
-/// A source of worker ids under the lease contract of the module docs.
+/// A source of worker ids, under the lease contract that every workerId mode (`local`,
+/// `mysql`, `zk_normal`, `zk_recycle`, `etcd`, `redis`) meets.
+///
+/// The contract, from the generator's side:
+/// 1. [`acquire`](WorkerIdRegistry::acquire) returns a [`Lease`]: the worker id, the highest
+///    time mark known for it (registry and cache file), in recycling modes the lease TTL, and a
+///    token naming this claim. The generator issues no timestamp at or below that mark. The
+///    request carries the caller's renew period and fencing margin; a recycling registry grants
+///    a TTL above [`min_lease_ttl`] of them, and stores it with the lease so that whoever
+///    recycles the id uses the owner's TTL, not its own configuration.
+/// 2. Every `mark_renew_ms` the generator calls [`renew`](WorkerIdRegistry::renew) with a mark
+///    ahead of what it issues. `Renewal::Ok` means the mark is durable (cache file fsynced, and
+///    in recycling modes the registry written, conditional on the version last seen and on the
+///    lease's token) and the lease extended by the TTL it carries. The generator never issues a
+///    timestamp above the last durable mark.
+/// 3. Fencing (recycling modes): the caller reads its monotonic clock *before* `renew`; on `Ok`
+///    it may issue until that instant + the granted TTL - a safety margin, and nothing after.
+///    `Renewal::LeaseLost` stops it at once, and the caller
+///    [`abandon`](WorkerIdRegistry::abandon)s the lease (as after any failed start) before it
+///    acquires another.
+/// 4. Marks only rise: a renewal never lowers the stored mark, in the registry or the cache
+///    file; only the final mark may be lower.
+/// 5. [`release`](WorkerIdRegistry::release) at graceful shutdown records the last timestamp
+///    actually issued, so a clean restart does not wait. A failed release may be retried.
 #[async_trait]
 pub trait WorkerIdRegistry: Send + Sync + Debug {
-    /// The workerId mode, as configured (`local`, `mysql`, `zk_normal`, `zk_recycle`, `etcd`).
+    /// The workerId mode, as configured (`local`, `mysql`, `zk_normal`, `zk_recycle`, `etcd`,
+    /// `redis`).
     fn mode(&self) -> &'static str;
 
     /// What the registry can do.

@@ -162,7 +162,7 @@ impl StoreCapabilities {
     }
 }
 
-/// A store of `leaf_alloc` rows. Implementations: in-memory (tests), SQLite, MySQL, etcd.
+/// A store of `leaf_alloc` rows. Implementations: in-memory (tests), SQLite, MySQL, etcd, Redis.
 ///
 /// `allocate` is the only call on the ID path; it must be atomic: two concurrent allocations for
 /// one tag, from any number of processes, never return overlapping ranges.

@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
-use leaf_core::store::{clamp_step, validate_step};
 use leaf_core::{
     Allocation, Error, NewTag, Result, SegmentStore, StoreCapabilities, Tag, TagRecord, TagUpdate,
 };
+use leaf_core::{clamp_step, validate_step};
 use serde::{Deserialize, Serialize};
 
 use crate::client::Conn;

@@ -15,12 +15,40 @@ pub struct LocalRegistryConfig {
     /// fleet, each node picking its id by its identity. When non-empty it replaces `worker_id`,
     /// and a node missing from it refuses to start. Default empty.
     pub work_id_map: BTreeMap<String, u64>,
+    /// Where the worker id comes from: `"config"` (`worker_id` or `work_id_map`), or
+    /// `"hostname_ordinal"`: the number after the last `-` of the host name (a Kubernetes
+    /// StatefulSet's pods are `leaf-0`, `leaf-1`, ...: `leaf-2` gives 2) plus
+    /// `worker_id_offset`. Default `"config"`.
+    pub worker_id_from: WorkerIdFrom,
+    /// Added to the host name's ordinal with `worker_id_from = "hostname_ordinal"`, so that
+    /// several StatefulSets can share one id space (`leaf-a` from 0, `leaf-b` from 512).
+    /// Default `0`.
+    pub worker_id_offset: u64,
+    /// The host name the ordinal is read from; empty: this machine's (the kernel's host name,
+    /// which Kubernetes sets to the pod's name). Default `""`.
+    pub hostname: String,
+}
+
+/// Where the `local` mode's worker id comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerIdFrom {
+    /// `worker_id`, or the node's entry of `work_id_map`.
+    #[default]
+    Config,
+    /// The ordinal at the end of the host name, plus `worker_id_offset`.
+    HostnameOrdinal,
 }
 
 impl LocalRegistryConfig {
     /// `Config`, naming the field, if a value cannot work: a `work_id_map` key that is not
     /// `ip:port`.
     pub fn validate(&self) -> Result<()> {
+        if self.worker_id_from == WorkerIdFrom::HostnameOrdinal && !self.work_id_map.is_empty() {
+            return Err(Error::Config(
+                "worker_id_from: \"hostname_ordinal\" and a work_id_map exclude each other".into(),
+            ));
+        }
         for key in self.work_id_map.keys() {
             if key.parse::<std::net::SocketAddr>().is_err() {
                 return Err(Error::Config(format!(
@@ -30,6 +58,22 @@ impl LocalRegistryConfig {
         }
         Ok(())
     }
+}
+
+/// The ordinal of `hostname`: the number after its last `-`, in its first label
+/// (`leaf-2.leaf.default.svc` gives 2). `Config` naming `worker_id_from` when there is none.
+pub fn hostname_ordinal(hostname: &str) -> Result<u64> {
+    let label = hostname.split('.').next().unwrap_or_default();
+    label
+        .rsplit_once('-')
+        .and_then(|(_, n)| (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then_some(n))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| {
+            Error::Config(format!(
+                "worker_id_from: the host name {hostname:?} has no ordinal (a number after its \
+                 last '-', as a StatefulSet's pods have: leaf-2)"
+            ))
+        })
 }
 
 /// The SQLite segment store (`[segment.sqlite]`, with `segment.store = "sqlite"`).
@@ -85,6 +129,9 @@ mod tests {
         let l = LocalRegistryConfig::default();
         assert_eq!(l.worker_id, 0);
         assert!(l.work_id_map.is_empty());
+        assert_eq!(l.worker_id_from, WorkerIdFrom::Config);
+        assert_eq!(l.worker_id_offset, 0);
+        assert_eq!(l.hostname, "");
     }
 
     #[test]
@@ -99,6 +146,42 @@ mod tests {
         assert_eq!(l.work_id_map.get("10.0.0.1:8080"), Some(&3));
         assert_eq!(l.worker_id, 0);
         assert!(serde_json::from_str::<LocalRegistryConfig>(r#"{"workerId": 1}"#).is_err());
+        let k: LocalRegistryConfig = serde_json::from_str(
+            r#"{"worker_id_from": "hostname_ordinal", "worker_id_offset": 4}"#,
+        )
+        .unwrap();
+        assert_eq!(k.worker_id_from, WorkerIdFrom::HostnameOrdinal);
+        assert_eq!(k.worker_id_offset, 4);
+        assert!(
+            serde_json::from_str::<LocalRegistryConfig>(r#"{"worker_id_from": "ordinal"}"#)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn hostname_ordinal_table() {
+        let check = |host: &str, expect: Option<u64>| {
+            let got = hostname_ordinal(host);
+            match expect {
+                Some(n) => assert_eq!(got.unwrap(), n, "{host}"),
+                None => assert!(
+                    matches!(&got, Err(Error::Config(m)) if m.starts_with("worker_id_from")
+                        && m.contains(host)),
+                    "{host}: {got:?}"
+                ),
+            }
+        };
+        check("leaf-0", Some(0));
+        check("leaf-2", Some(2));
+        check("my-leaf-server-17", Some(17));
+        check("leaf-2.leaf.default.svc.cluster.local", Some(2));
+        check("leaf", None);
+        check("leaf-", None);
+        check("leaf-x", None);
+        check("leaf-+2", None);
+        check("leaf-2a", None);
+        check("", None);
+        check("leaf-99999999999999999999999", None);
     }
 
     #[test]
@@ -133,5 +216,11 @@ mod tests {
         l.validate().unwrap();
         l.work_id_map.insert("node-a".into(), 2);
         check(l.validate().unwrap_err(), "work_id_map");
+        let both = LocalRegistryConfig {
+            worker_id_from: WorkerIdFrom::HostnameOrdinal,
+            work_id_map: [("10.0.0.1:8080".to_owned(), 1)].into(),
+            ..LocalRegistryConfig::default()
+        };
+        check(both.validate().unwrap_err(), "worker_id_from");
     }
 }

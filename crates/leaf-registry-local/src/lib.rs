@@ -6,7 +6,7 @@ mod error;
 mod registry;
 mod store;
 
-pub use config::{LocalRegistryConfig, SqliteStoreConfig};
+pub use config::{LocalRegistryConfig, SqliteStoreConfig, WorkerIdFrom, hostname_ordinal};
 pub use registry::{LocalBackend, LocalRegistry};
 pub use store::{LEAF_ALLOC_DDL, SqliteStore};
 

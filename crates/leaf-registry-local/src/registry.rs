@@ -10,7 +10,7 @@ use leaf_core::{
     Result, WorkerIdBackend,
 };
 
-use crate::config::LocalRegistryConfig;
+use crate::config::{LocalRegistryConfig, WorkerIdFrom, hostname_ordinal};
 
 /// The `local` workerId mode with its cache file `{cache_dir}/worker-{name}.properties`: while a
 /// lease is held the file is open and its directory locked, so a second process started with
@@ -43,6 +43,22 @@ impl LocalBackend {
 
     /// The configured worker id of `identity`.
     fn worker_id_for(&self, identity: &NodeIdentity) -> Result<u64> {
+        if self.config.worker_id_from == WorkerIdFrom::HostnameOrdinal {
+            let host = if self.config.hostname.is_empty() {
+                this_hostname()?
+            } else {
+                self.config.hostname.clone()
+            };
+            let ordinal = hostname_ordinal(&host)?;
+            return ordinal
+                .checked_add(self.config.worker_id_offset)
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "worker_id_offset: {} plus the ordinal {ordinal} of {host:?} overflows",
+                        self.config.worker_id_offset
+                    ))
+                });
+        }
         let map = &self.config.work_id_map;
         if map.is_empty() {
             return Ok(self.config.worker_id);
@@ -109,7 +125,9 @@ impl LocalBackend {
     fn claimed_id(&self, req: &AcquireRequest) -> Result<u64> {
         let worker_id = self.worker_id_for(&req.identity)?;
         if worker_id > req.max_worker_id {
-            let key = if self.config.work_id_map.is_empty() {
+            let key = if self.config.worker_id_from == WorkerIdFrom::HostnameOrdinal {
+                "worker_id_from"
+            } else if self.config.work_id_map.is_empty() {
                 "worker_id"
             } else {
                 "work_id_map"
@@ -122,4 +140,19 @@ impl LocalBackend {
         }
         Ok(worker_id)
     }
+}
+
+/// This machine's host name: the kernel's (`/proc/sys/kernel/hostname`, which a container's
+/// runtime sets to the pod or container name), else `$HOSTNAME`.
+fn this_hostname() -> Result<String> {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+    kernel
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()))
+        .ok_or_else(|| {
+            Error::Config(
+                "worker_id_from: this machine's host name cannot be read (set hostname)".into(),
+            )
+        })
 }

@@ -5,10 +5,10 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use leaf_core::store::{clamp_step, validate_step};
 use leaf_core::{
     Allocation, Error, NewTag, Result, SegmentStore, StoreCapabilities, Tag, TagRecord, TagUpdate,
 };
+use leaf_core::{clamp_step, validate_step};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,

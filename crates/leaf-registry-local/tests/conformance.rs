@@ -97,6 +97,7 @@ impl LocalFixture {
         let config = LocalRegistryConfig {
             worker_id: 0,
             work_id_map: self.map.clone(),
+            ..Default::default()
         };
         let node: Arc<dyn WorkerIdRegistry> =
             Arc::new(LocalBackend::new(config, "leaf").registry(&dir));

@@ -7,7 +7,7 @@ use std::path::Path;
 use leaf_core::{
     AcquireRequest, CacheFile, CacheRecord, Error, Lease, NodeIdentity, Renewal, WorkerIdRegistry,
 };
-use leaf_registry_local::{LocalBackend, LocalRegistry, LocalRegistryConfig};
+use leaf_registry_local::{LocalBackend, LocalRegistry, LocalRegistryConfig, WorkerIdFrom};
 
 fn req(ip: &str, port: u16, max_worker_id: u64) -> AcquireRequest {
     AcquireRequest::new(
@@ -24,6 +24,7 @@ fn mapped(dir: &Path, entries: &[(&str, u64)]) -> LocalRegistry {
         LocalRegistryConfig {
             worker_id: 0,
             work_id_map,
+            ..Default::default()
         },
         "leaf",
     )
@@ -227,4 +228,74 @@ async fn the_cache_directory_is_locked_while_held_and_freed_by_release() {
     first.release(&lease, 80).await.unwrap();
     let lease = second.acquire(&req("10.0.0.1", 1, 1023)).await.unwrap();
     assert_eq!(lease.prev_mark_ms, Some(80));
+}
+
+fn from_hostname(dir: &Path, hostname: &str, offset: u64) -> LocalRegistry {
+    LocalBackend::new(
+        LocalRegistryConfig {
+            worker_id_from: WorkerIdFrom::HostnameOrdinal,
+            worker_id_offset: offset,
+            hostname: hostname.into(),
+            ..Default::default()
+        },
+        "leaf",
+    )
+    .registry(dir)
+}
+
+#[tokio::test]
+async fn a_statefulset_ordinal_plus_the_offset_is_the_worker_id() {
+    for (host, offset, expect) in [("leaf-0", 0, 0), ("leaf-2", 0, 2), ("leaf-2", 512, 514)] {
+        let dir = tempfile::tempdir().unwrap();
+        let r = from_hostname(dir.path(), host, offset);
+        let lease = r.acquire(&req("10.0.0.1", 8080, 1023)).await.unwrap();
+        assert_eq!(lease.worker_id, expect, "{host} + {offset}");
+        r.release(&lease, 1_700_000_000_000).await.unwrap();
+        // The cache file records it like any other worker id.
+        let again = from_hostname(dir.path(), host, offset);
+        let lease = again.acquire(&req("10.0.0.1", 8080, 1023)).await.unwrap();
+        assert_eq!(lease.prev_mark_ms, Some(1_700_000_000_000));
+    }
+}
+
+#[tokio::test]
+async fn a_host_name_without_an_ordinal_or_past_the_layout_is_config_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = from_hostname(dir.path(), "leaf", 0)
+        .acquire(&req("10.0.0.1", 8080, 1023))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Config(m) if m.starts_with("worker_id_from") && m.contains("\"leaf\"")),
+        "{e}"
+    );
+    let e = from_hostname(dir.path(), "leaf-6", 1020)
+        .acquire(&req("10.0.0.1", 8080, 1023))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Config(m) if m.starts_with("worker_id_from") && m.contains("1026")
+            && m.contains("1023")),
+        "{e}"
+    );
+    // Refused before the cache directory is touched.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn with_no_host_name_set_the_machines_own_is_read() {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("the kernel's host name")
+        .trim()
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let r = from_hostname(dir.path(), "", 0);
+    let got = r.acquire(&req("10.0.0.1", 8080, u64::MAX >> 1)).await;
+    match leaf_registry_local::hostname_ordinal(&host) {
+        Ok(n) => assert_eq!(got.unwrap().worker_id, n, "{host}"),
+        Err(_) => assert!(
+            matches!(&got, Err(Error::Config(m)) if m.contains(&format!("{host:?}"))),
+            "{host}: {got:?}"
+        ),
+    }
 }

@@ -4,17 +4,15 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CachedRegistry, Error, Lease, NodeIdentity, RegistryCapabilities, Renewal,
-    Result, WorkerIdBackend,
+    AcquireRequest, CachedRegistry, Error, HeldIdentity, Lease, LockAttempt, NodeIdentity,
+    RegistryCapabilities, Renewal, Result, SessionLock, WorkerIdBackend,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
 use sqlx::{ConnectOptions, Row};
-use tokio::sync::Mutex;
 
 use crate::config::{MysqlConfig, MysqlRegistryConfig};
 use crate::error::{bounded, is_duplicate, map_sqlx, map_sqlx_at_start};
@@ -38,9 +36,9 @@ pub type MysqlRegistry = CachedRegistry<MysqlBackend>;
 ///
 /// `max_timestamp` holds the node's time mark; renewals only ever raise it
 /// (`GREATEST(COALESCE(max_timestamp, 0), ?)`), and only the graceful release may lower it to the
-/// last timestamp issued. The cache file (`{cache_dir}/worker-{name}`) holds the worker id and
-/// the mark too, written and fsynced on every renewal: it is what makes a mark durable, and when
-/// the server cannot be reached at start-up the node starts from it, with its mark, so the
+/// last timestamp issued. The cache file (`{cache_dir}/worker-mysql-{name}`) holds the worker id
+/// and the mark too, written and fsynced on every renewal: it is what makes a mark durable, and
+/// when the server cannot be reached at start-up the node starts from it, with its mark, so the
 /// start-up time check is never skipped.
 ///
 /// **Exclusivity.** While it holds its worker id the node holds the MySQL user lock
@@ -53,33 +51,15 @@ pub struct MysqlBackend {
     pool: MySqlPool,
     config: MysqlConfig,
     file_name: String,
-    /// Serialises mark writes to the server and keeps the identity lock; see [`ServerSide`].
-    server: Arc<ServerSide>,
+    legacy_file_name: String,
+    /// The identity lock and the mark's background writes (`leaf_core::HeldIdentity`).
+    held: HeldIdentity<IdentityLock>,
 }
 
-/// The server side of a held worker id: the copy of the mark, written in the background (the
-/// cache file is the durable record), at most one write at a time, and the identity lock.
-/// After `release` no background write may land and raise the final mark again.
-#[derive(Default)]
-struct ServerSide {
-    state: Mutex<ServerState>,
-    in_flight: AtomicBool,
-    /// Another process holds the identity lock: the lease is lost.
-    lost: AtomicBool,
-    /// The last mark the server confirmed (Unix ms), 0 before the first.
-    confirmed_mark_ms: AtomicU64,
-}
-
-#[derive(Default)]
-struct ServerState {
-    released: bool,
-    /// The identity lock's name and its connection, while held.
-    lock: Option<IdentityLock>,
-}
-
+/// The `mysql` mode's part of the identity lock: a dedicated connection per session, the user
+/// lock on it, and the mark written there.
 struct IdentityLock {
-    name: String,
-    conn: Option<MySqlConnection>,
+    opts: MySqlConnectOptions,
 }
 
 impl fmt::Debug for MysqlBackend {
@@ -91,16 +71,21 @@ impl fmt::Debug for MysqlBackend {
 }
 
 impl MysqlBackend {
-    /// The backend on the server of `config`; its cache file is named `worker-{name}`. Nothing
-    /// is contacted or locked before the first claim, so this succeeds while the server is
-    /// down.
+    /// The backend on the server of `config`; its cache file is named `worker-mysql-{name}`, the
+    /// mode's own, so that a worker id another mode cached (the `local` mode's `worker-{name}`)
+    /// never serves a start here. Nothing is contacted or locked before the first claim, so
+    /// this succeeds while the server is down.
     pub fn connect(config: &MysqlRegistryConfig, name: &str) -> Result<Self> {
         let (pool, _) = pool(config, KEY)?;
+        let lock = IdentityLock {
+            opts: config.connect_options(KEY)?,
+        };
         Ok(MysqlBackend {
             pool,
             config: config.clone(),
-            file_name: format!("worker-{name}"),
-            server: Arc::default(),
+            file_name: format!("worker-mysql-{name}"),
+            legacy_file_name: format!("worker-{name}"),
+            held: HeldIdentity::new(lock, config.timeout(), crate::error::BACKEND),
         })
     }
 
@@ -109,31 +94,11 @@ impl MysqlBackend {
         CachedRegistry::new(self, cache_dir)
     }
 
-    fn lock_name(&self, identity: &NodeIdentity) -> Result<String> {
-        let opts = self.config.connect_options(KEY)?;
-        Ok(lock_name(opts.get_database().unwrap_or_default(), identity))
-    }
-
-    /// Takes the identity lock on a dedicated connection; `AlreadyExists` naming the identity if
-    /// another live session holds it.
-    async fn lock_identity(&self, identity: &NodeIdentity) -> Result<IdentityLock> {
-        let opts = self.config.connect_options(KEY)?;
-        let name = lock_name(opts.get_database().unwrap_or_default(), identity);
-        let mut conn = opts
-            .connect()
-            .await
-            .map_err(|e| map_sqlx_at_start(e, "the identity lock", KEY))?;
-        if !get_lock(&mut conn, &name, START_LOCK_WAIT_S).await? {
-            return Err(Error::AlreadyExists(format!(
-                "node identity {identity} is in use by another live process (mysql lock \
-                 {name:?}); two processes with one ip:port would issue the same ids: give each \
-                 its own ip and port"
-            )));
-        }
-        Ok(IdentityLock {
-            name,
-            conn: Some(conn),
-        })
+    fn lock_name(&self, identity: &NodeIdentity) -> String {
+        lock_name(
+            self.held.backend().opts.get_database().unwrap_or_default(),
+            identity,
+        )
     }
 
     /// The row of `identity`, inserted when missing: `(id, max_timestamp)`.
@@ -189,51 +154,6 @@ impl MysqlBackend {
         })
         .transpose()
     }
-
-    /// Writes `mark_ms` to the worker's row in the background, on the identity lock's
-    /// connection (re-taking the lock if that connection dropped), unless a write is in flight:
-    /// the next renewal carries a later mark anyway.
-    fn write_mark_in_background(&self, worker_id: u64, mark_ms: u64) {
-        if self.server.in_flight.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let (server, opts, limit) = (
-            self.server.clone(),
-            self.config.connect_options(KEY),
-            self.config.timeout(),
-        );
-        tokio::spawn(async move {
-            let mut state = server.state.lock().await;
-            if !state.released {
-                let r = bounded(
-                    limit,
-                    "the mark update",
-                    renew_on_server(&mut state, opts, worker_id, mark_ms),
-                )
-                .await;
-                match r {
-                    Ok(true) => {
-                        server
-                            .confirmed_mark_ms
-                            .fetch_max(mark_ms, Ordering::Relaxed);
-                    }
-                    Ok(false) => {
-                        tracing::error!(
-                            worker_id,
-                            "another process took this node's identity lock while the mysql \
-                             connection was down; worker id lost"
-                        );
-                        server.lost.store(true, Ordering::Release);
-                    }
-                    Err(e) => {
-                        tracing::warn!(worker_id, mark_ms, error = %e, "mark not written to mysql; the cache file has it");
-                    }
-                }
-            }
-            drop(state);
-            server.in_flight.store(false, Ordering::Release);
-        });
-    }
 }
 
 /// The name of the identity lock. User locks are server-wide, so the name carries the
@@ -255,7 +175,7 @@ fn lock_name(database: &str, identity: &NodeIdentity) -> String {
 /// How long a start waits for the identity lock: a crashed predecessor's session (and its
 /// lock) ends when the server notices the closed connection, which may be a moment after the
 /// crash, so an immediate restart waits for it rather than refusing.
-const START_LOCK_WAIT_S: u32 = 2;
+const START_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// `GET_LOCK(name, wait_s)`: whether this session got (or already had) the lock within
 /// `wait_s` seconds.
@@ -269,37 +189,38 @@ async fn get_lock(conn: &mut MySqlConnection, name: &str, wait_s: u32) -> Result
     Ok(got == Some(1))
 }
 
-/// Writes the mark on the lock's connection, reconnecting and re-taking the lock first if the
-/// connection is gone. `Ok(false)`: another session holds the lock now.
-async fn renew_on_server(
-    state: &mut ServerState,
-    opts: Result<MySqlConnectOptions>,
-    worker_id: u64,
-    mark_ms: u64,
-) -> Result<bool> {
-    let Some(lock) = state.lock.as_mut() else {
-        return Ok(true);
-    };
-    if lock.conn.is_none() {
-        let mut conn = opts?
-            .connect()
-            .await
-            .map_err(|e| map_sqlx(e, "the identity lock", KEY))?;
-        // A renewal never waits: another session holding the lock means the lease is lost.
-        if !get_lock(&mut conn, &lock.name, 0).await? {
-            return Ok(false);
-        }
-        tracing::info!(lock = %lock.name, "mysql identity lock taken again after a reconnect");
-        lock.conn = Some(conn);
+#[async_trait]
+impl SessionLock for IdentityLock {
+    type Session = MySqlConnection;
+
+    async fn lock(&self, name: &str, attempt: LockAttempt) -> Result<Option<MySqlConnection>> {
+        let mut conn = match attempt {
+            LockAttempt::Start(_) => self
+                .opts
+                .connect()
+                .await
+                .map_err(|e| map_sqlx_at_start(e, "the identity lock", KEY))?,
+            LockAttempt::Renewal => self
+                .opts
+                .connect()
+                .await
+                .map_err(|e| map_sqlx(e, "the identity lock", KEY))?,
+        };
+        // GET_LOCK counts whole seconds; a renewal never waits.
+        let wait_s = match attempt {
+            LockAttempt::Start(wait) => u32::try_from(wait.as_secs()).unwrap_or(u32::MAX),
+            LockAttempt::Renewal => 0,
+        };
+        Ok(get_lock(&mut conn, name, wait_s).await?.then_some(conn))
     }
-    let conn = lock.conn.as_mut().expect("connected above");
-    match write_mark(&mut *conn, worker_id, mark_ms, MarkWrite::Raise).await {
-        Ok(()) => Ok(true),
-        Err(e) => {
-            // The session (and with it the lock) may be gone: reconnect next time.
-            lock.conn = None;
-            Err(e)
-        }
+
+    async fn raise_mark(
+        &self,
+        conn: &mut MySqlConnection,
+        worker_id: u64,
+        mark_ms: u64,
+    ) -> Result<()> {
+        write_mark(&mut *conn, worker_id, mark_ms, MarkWrite::Raise).await
     }
 }
 
@@ -356,19 +277,30 @@ impl WorkerIdBackend for MysqlBackend {
         &self.file_name
     }
 
+    /// Builds before `worker-mysql-{name}` kept the mark in `worker-{name}` (the `local`
+    /// mode's name too): read for the mark of the id MySQL assigns, never for the id.
+    fn legacy_cache_file_name(&self) -> Option<&str> {
+        Some(&self.legacy_file_name)
+    }
+
     async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
         let limit = self.config.timeout() + self.config.connect_timeout();
+        let name = self.lock_name(&req.identity);
         let (lock, (worker_id, server_mark)) = bounded(limit, "the worker id lookup", async {
             // The identity lock before the row: two processes with one identity must not
-            // both start, whoever inserts the row. An abandoned lease kept its lock.
-            let lock = match self.server.state.lock().await.lock.take() {
-                Some(lock)
-                    if lock.name == self.lock_name(&req.identity)? && lock.conn.is_some() =>
-                {
-                    lock
-                }
-                _ => self.lock_identity(&req.identity).await?,
-            };
+            // both start, whoever inserts the row.
+            let lock = self
+                .held
+                .lock_for_claim(&name, START_LOCK_WAIT)
+                .await?
+                .ok_or_else(|| {
+                    Error::AlreadyExists(format!(
+                        "node identity {} is in use by another live process (mysql lock \
+                         {name:?}); two processes with one ip:port would issue the same ids: \
+                         give each its own ip and port",
+                        req.identity
+                    ))
+                })?;
             let row = self.row_for(&req.identity).await?;
             Ok((lock, row))
         })
@@ -383,66 +315,40 @@ impl WorkerIdBackend for MysqlBackend {
         }
         let server_mark = server_mark.and_then(|m| u64::try_from(m).ok());
         tracing::info!(worker_id, ?server_mark, identity = %req.identity, "mysql worker id acquired");
-        self.server.lost.store(false, Ordering::Release);
-        self.server
-            .confirmed_mark_ms
-            .store(server_mark.unwrap_or(0), Ordering::Relaxed);
-        *self.server.state.lock().await = ServerState {
-            released: false,
-            lock: Some(lock),
-        };
+        self.held.hold(lock, server_mark).await;
         Ok(Lease::new(worker_id, server_mark))
     }
 
     async fn resume_offline(&self, req: &AcquireRequest, lease: Lease) -> Result<Lease> {
-        self.server.lost.store(false, Ordering::Release);
-        // The identity lock is taken by the first renewal that reaches the server; if another
-        // process holds it by then, that renewal loses the lease.
-        *self.server.state.lock().await = ServerState {
-            released: false,
-            lock: Some(IdentityLock {
-                name: self.lock_name(&req.identity)?,
-                conn: None,
-            }),
-        };
+        self.held.hold_offline(&self.lock_name(&req.identity)).await;
         Ok(lease)
     }
 
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
-        if self.server.lost.load(Ordering::Acquire) {
-            return Ok(Renewal::LeaseLost);
-        }
         // The cache file is the durable record: the server's copy follows in the background.
-        self.write_mark_in_background(lease.worker_id, mark_ms);
-        Ok(Renewal::OK)
+        Ok(self.held.renew(lease.worker_id, mark_ms))
     }
 
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
         let worker_id = lease.worker_id;
-        // Waits for a background write in flight, and stops later ones, so the final mark
-        // (which may be below the last renewal's) is the one that stays.
-        let mut state = self.server.state.lock().await;
-        state.released = true;
-        let r = bounded(
+        let final_write = bounded(
             self.config.timeout(),
             "the final mark",
             write_mark(&self.pool, worker_id, final_mark_ms, MarkWrite::Final),
-        )
-        .await;
-        if let Err(e) = r {
+        );
+        // Closing the dedicated connection releases the identity lock.
+        if let Err(e) = self.held.release(final_write).await {
             // The cache file has the final mark; the server keeps a later one, which only
             // makes a start elsewhere wait a little.
             tracing::warn!(worker_id, error = %e, "final mark not written to mysql");
         }
-        // Closing the dedicated connection releases the identity lock.
-        state.lock = None;
         Ok(())
     }
 
     /// The last mark the server's `leaf_workerid_alloc` row confirmed; the cache file may be
     /// ahead of it while the server is unreachable.
     fn confirmed_mark_ms(&self) -> Option<u64> {
-        Some(self.server.confirmed_mark_ms.load(Ordering::Relaxed)).filter(|m| *m > 0)
+        self.held.confirmed_mark_ms()
     }
 
     async fn abandon(&self, _lease: &Lease) {

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,9 +13,6 @@ use leaf_segment::{SegmentAllocator, SegmentConfig};
 use sqlx::{Connection, MySqlConnection};
 
 use common::provision;
-
-/// Longer than any single call may take: a call slower than this counts as a hang.
-const CALL_BOUND: Duration = Duration::from_secs(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn segment_mode_serves_through_a_server_restart_without_repeating_an_id() {
@@ -43,7 +39,8 @@ async fn segment_mode_serves_through_a_server_restart_without_repeating_an_id() 
         .unwrap();
     // A loaded CI machine can take longer than the default 10 ms switch wait for one MySQL
     // transaction; while the server is up this test wants every request served, so the switch
-    // waits long enough for a load, and still far below CALL_BOUND once the server is down.
+    // waits long enough for a load, and still far below the scenario's bound of one call once
+    // the server is down.
     let segment_config = SegmentConfig {
         switch_wait: Duration::from_millis(500),
         ..SegmentConfig::default()
@@ -51,88 +48,8 @@ async fn segment_mode_serves_through_a_server_restart_without_repeating_an_id() 
     let alloc = SegmentAllocator::new(store.clone(), Arc::new(SystemClock::new()), segment_config);
     alloc.init().await.unwrap();
 
-    let mut seen = HashSet::new();
-    let take = |id: i64, seen: &mut HashSet<i64>| assert!(seen.insert(id), "id {id} issued twice");
-    // Up: the first segment and a preloaded second.
-    let mut before_max = 0;
-    for _ in 0..1500 {
-        let id = alloc.next_id("restart").await.unwrap();
-        take(id, &mut seen);
-        before_max = before_max.max(id);
-    }
-
-    server
-        .stop(Duration::from_secs(10))
-        .await
-        .expect("stop the server");
-    // Down: serving goes on from the buffers until they are spent, then fails fast.
-    let mut served_while_down = 0u64;
-    let failure = loop {
-        let started = Instant::now();
-        let r = alloc.next_id("restart").await;
-        assert!(
-            started.elapsed() < CALL_BOUND,
-            "a call took {:?}",
-            started.elapsed()
-        );
-        match r {
-            Ok(id) => {
-                take(id, &mut seen);
-                before_max = before_max.max(id);
-                served_while_down += 1;
-                assert!(served_while_down < 10_000_000, "the buffers never ran out");
-            }
-            Err(e) => break e,
-        }
-    };
-    assert!(served_while_down > 0, "nothing was served from the buffers");
-    assert!(
-        failure.is_retryable() && matches!(failure, Error::Unavailable(_)),
-        "spent buffers with the store down: {failure}"
-    );
-    // Still down: every further request fails quickly too.
-    for _ in 0..20 {
-        let started = Instant::now();
-        let r = alloc.next_id("restart").await;
-        assert!(
-            r.is_err(),
-            "an id while the server is down and the buffers are spent"
-        );
-        assert!(
-            started.elapsed() < CALL_BOUND,
-            "a call took {:?}",
-            started.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-
-    server.start().await.expect("start the server again");
-    // Up again: serving resumes by itself, with IDs above every ID issued before.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let first_after = loop {
-        let started = Instant::now();
-        match alloc.next_id("restart").await {
-            Ok(id) => break id,
-            Err(e) => {
-                assert!(
-                    started.elapsed() < CALL_BOUND,
-                    "a call took {:?}",
-                    started.elapsed()
-                );
-                assert!(Instant::now() < deadline, "serving did not resume: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
-    take(first_after, &mut seen);
-    assert!(
-        first_after > before_max,
-        "{first_after} after the restart, {before_max} before"
-    );
-    for _ in 0..3000 {
-        let id = alloc.next_id("restart").await.unwrap();
-        take(id, &mut seen);
-    }
+    leaf_testkit::faults::segments_through_a_server_restart(&server, || alloc.next_id("restart"))
+        .await;
     drop(alloc);
     drop(db);
     server.remove().await.expect("remove the container");

@@ -6,6 +6,7 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leaf_core::{AcquireRequest, Error, NodeIdentity, Renewal, WorkerIdRegistry};
+use leaf_registry_local::{LocalBackend, LocalRegistryConfig};
 use leaf_registry_mysql::{LEAF_WORKERID_ALLOC_DDL, MysqlBackend, MysqlConfig, MysqlRegistry};
 use leaf_testkit::RegistryFixture;
 use sqlx::{Connection, MySqlConnection, Row};
@@ -279,7 +280,7 @@ fn unreachable(dir: &std::path::Path) -> impl std::future::Future<Output = Mysql
 async fn a_server_down_at_start_up_starts_from_the_cache_file_with_its_mark() {
     let fix = RegistryFix::new().await;
     let dir = fix.new_dir();
-    let node = fix.registry_in(dir.clone()).await;
+    let node = fix.registry_in(dir.clone());
     let lease = node.acquire(&request(fix.identity(1), 1023)).await.unwrap();
     let m = now_ms() + 3000;
     node.renew(&lease, m).await.unwrap();
@@ -318,13 +319,90 @@ async fn a_server_down_without_a_cache_file_is_unavailable() {
     );
 }
 
+/// A node moved from the `local` mode to this one, with MySQL down at its first start here,
+/// must not start as the worker id the `local` mode cached: MySQL may have given that id to
+/// another identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_id_cached_by_the_local_mode_never_serves_a_start_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let identity = NodeIdentity::new("10.0.0.1", 8001);
+    let local = LocalBackend::new(
+        LocalRegistryConfig {
+            worker_id: 7,
+            ..LocalRegistryConfig::default()
+        },
+        "leaf",
+    )
+    .registry(dir.path());
+    let lease = local
+        .acquire(&request(identity.clone(), 1023))
+        .await
+        .unwrap();
+    assert_eq!(lease.worker_id, 7);
+    local.renew(&lease, now_ms()).await.unwrap();
+    local.release(&lease, now_ms()).await.unwrap();
+    drop(local);
+
+    let down = unreachable(dir.path()).await;
+    let e = down.acquire(&request(identity, 1023)).await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Unavailable(m) if m.contains("holds no worker id")),
+        "the local mode's worker id was taken for this mode's: {e}"
+    );
+}
+
+/// A mark that a build before `worker-mysql-{name}` kept in `worker-{name}` still counts after
+/// the upgrade (the row's may lag it), for the worker id MySQL assigns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mark_in_the_cache_file_of_the_old_name_still_counts() {
+    let fix = RegistryFix::new().await;
+    let node = fix.registry_in(fix.new_dir());
+    let lease = node.acquire(&request(fix.identity(1), 1023)).await.unwrap();
+    node.release(&lease, now_ms()).await.unwrap();
+    drop(node);
+
+    let dir = fix.new_dir();
+    let ahead = now_ms() + 60_000;
+    let old = |worker_id: u64, mark: u64| format!("workerID={worker_id}\nmarkMs={mark}\n");
+    std::fs::write(
+        dir.join("worker-leaf.properties"),
+        old(lease.worker_id, ahead),
+    )
+    .unwrap();
+    let upgraded = fix.registry_in(dir.clone());
+    let again = upgraded
+        .acquire(&request(fix.identity(1), 1023))
+        .await
+        .unwrap();
+    assert_eq!(again.worker_id, lease.worker_id);
+    assert_eq!(
+        again.prev_mark_ms,
+        Some(ahead),
+        "the old file's mark was lost"
+    );
+    upgraded.release(&again, ahead).await.unwrap();
+    drop(upgraded);
+
+    // Of another worker id (the local mode's, say), its mark does not apply: the row's does.
+    let dir = fix.new_dir();
+    let other_id = old(lease.worker_id + 7, ahead + 60_000);
+    std::fs::write(dir.join("worker-leaf.properties"), other_id).unwrap();
+    let other = fix.registry_in(dir);
+    let third = other
+        .acquire(&request(fix.identity(1), 1023))
+        .await
+        .unwrap();
+    assert_eq!(third.worker_id, lease.worker_id);
+    assert_eq!(third.prev_mark_ms, Some(ahead));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_process_on_one_cache_directory_refuses() {
     let fix = RegistryFix::new().await;
     let dir = fix.new_dir();
-    let a = fix.registry_in(dir.clone()).await;
+    let a = fix.registry_in(dir.clone());
     a.acquire(&request(fix.identity(1), 1023)).await.unwrap();
-    let b = fix.registry_in(dir).await;
+    let b = fix.registry_in(dir);
     let e = b
         .acquire(&request(fix.identity(1), 1023))
         .await

@@ -27,17 +27,19 @@ pub struct RedisConfig {
     /// The longest any one call (an allocation, a renewal, a lookup) may take, in milliseconds,
     /// before it fails with `Unavailable`: a stalled server never hangs a caller. Default `5000`.
     pub timeout_ms: u64,
-    /// Run on a server whose `appendonly`/`appendfsync` are weaker than `yes`/`always` (an
-    /// acknowledged allocation or mark may then be lost in a crash, and its IDs handed out
-    /// twice). A warning is logged at every connection. Default `false`: such a server is
-    /// refused.
+    /// Run on a server whose `appendonly`/`appendfsync` are weaker than `yes`/`always`, or
+    /// whose connected replicas outnumber `wait_replicas` (an acknowledged allocation or mark
+    /// may then be lost in a crash or a failover, and its IDs handed out twice). A warning is
+    /// logged at every connection. Default `false`: such a server is refused.
     pub accept_weak_durability: bool,
     /// Where the server refuses `CONFIG GET` (renamed, or denied by an ACL): `true` states that
     /// it runs with `appendonly yes` and `appendfsync always`, which the guard then takes on
     /// trust. Ignored when `CONFIG GET` answers. Default `false`.
     pub assume_durable: bool,
     /// How many replicas must acknowledge every write (`WAIT`) before it counts; a write not
-    /// acknowledged in time fails with `Unavailable`. Default `0` (no `WAIT`).
+    /// acknowledged in time fails with `Unavailable`. A primary with more connected replicas
+    /// than this is refused at connect (a failover could promote one that missed a write),
+    /// unless `accept_weak_durability`. Default `0` (no `WAIT`; no replicas allowed).
     pub wait_replicas: u32,
     /// How long `WAIT` waits for the replicas, in milliseconds; at least 1 (Redis would wait
     /// for ever on 0). Default `1000`.

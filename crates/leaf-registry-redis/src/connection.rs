@@ -142,32 +142,68 @@ impl Connection {
         Ok(conn)
     }
 
-    /// The durability guard on a new connection.
+    /// The durability guard on a new connection: the server's version, its AOF settings, and
+    /// its replicas against `wait_replicas`.
     async fn guard(&self, conn: &mut MultiplexedConnection, at_start: bool) -> Result<()> {
+        let url = self.config.redacted_url();
+        let server = info(conn, "server").await?;
+        if let Some(problem) = judge_version(server.get("redis_version").map(String::as_str)) {
+            let problem = format!("redis at {url} {problem}");
+            return Err(if at_start {
+                Error::Config(problem)
+            } else {
+                tracing::error!(url = %url, "{problem}; refusing the reconnected server");
+                Error::Unavailable("the redis server is older than 5.0".into())
+            });
+        }
         let appendonly = config_get(conn, "appendonly").await?;
         let appendfsync = config_get(conn, "appendfsync").await?;
-        let url = self.config.redacted_url();
         let verdict = judge(
             appendonly.as_deref(),
             appendfsync.as_deref(),
             self.config.assume_durable,
         );
-        let problem = match verdict {
-            Durability::Durable => return Ok(()),
+        // Each problem: what the log says (with the server's address), and what a client may
+        // learn at a reconnect.
+        let mut problems: Vec<(String, &str)> = Vec::new();
+        let weak_aof = "redis durability is weaker than appendonly yes and appendfsync always";
+        match verdict {
+            Durability::Durable => {}
             Durability::Weak {
                 appendonly,
                 appendfsync,
-            } => format!(
-                "redis at {url} runs with appendonly {appendonly} and appendfsync {appendfsync}; \
-                 leaf needs appendonly yes and appendfsync always, or an acknowledged allocation \
-                 can be lost in a crash and its ids handed out twice"
-            ),
-            Durability::Unknown => format!(
-                "redis at {url} refuses CONFIG GET, so its appendonly and appendfsync cannot be \
-                 checked; leaf needs appendonly yes and appendfsync always (set assume_durable = \
-                 true if the server runs with them)"
-            ),
-        };
+            } => problems.push((
+                format!(
+                    "redis at {url} runs with appendonly {appendonly} and appendfsync \
+                     {appendfsync}; leaf needs appendonly yes and appendfsync always, or an \
+                     acknowledged allocation can be lost in a crash and its ids handed out twice"
+                ),
+                weak_aof,
+            )),
+            Durability::Unknown => problems.push((
+                format!(
+                    "redis at {url} refuses CONFIG GET, so its appendonly and appendfsync cannot \
+                     be checked; leaf needs appendonly yes and appendfsync always (set \
+                     assume_durable = true if the server runs with them)"
+                ),
+                weak_aof,
+            )),
+        }
+        let replication = info(conn, "replication").await?;
+        if let Some(problem) = judge_replicas(&replication, self.config.wait_replicas) {
+            problems.push((
+                format!("redis at {url} {problem}"),
+                "redis has more connected replicas than wait_replicas acknowledges",
+            ));
+        }
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let problem = problems
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .collect::<Vec<_>>()
+            .join("; and ");
         if self.config.accept_weak_durability {
             tracing::warn!(
                 url = %url,
@@ -181,9 +217,8 @@ impl Connection {
             )))
         } else {
             tracing::error!(url = %url, "{problem}; refusing the reconnected server");
-            Err(Error::Unavailable(
-                "redis durability is weaker than appendonly yes and appendfsync always".into(),
-            ))
+            let public: Vec<&str> = problems.iter().map(|(_, p)| *p).collect();
+            Err(Error::Unavailable(public.join("; ")))
         }
     }
 
@@ -301,6 +336,60 @@ async fn config_get(conn: &mut impl ConnectionLike, name: &str) -> Result<Option
     }
 }
 
+/// `INFO section` as its `key:value` lines.
+async fn info(conn: &mut impl ConnectionLike, section: &str) -> Result<HashMap<String, String>> {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .map_err(map_redis)?;
+    Ok(parse_info(&text))
+}
+
+fn parse_info(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// Why a server of `version` (`INFO server`'s `redis_version`) cannot be used, if it cannot:
+/// the scripts read `TIME` before they write, which needs effects replication, the default
+/// from Redis 5.0 on.
+pub(crate) fn judge_version(version: Option<&str>) -> Option<String> {
+    let v = version?;
+    let mut parts = v.split('.').map(|p| p.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(_))) if major >= 5 => None,
+        (Some(Ok(_)), Some(Ok(_))) => Some(format!(
+            "runs redis {v}; leaf needs redis 5.0 or later (its scripts rely on effects \
+             replication)"
+        )),
+        _ => Some(format!("reports an unreadable redis_version {v:?}")),
+    }
+}
+
+/// Why a primary's replicas (`INFO replication`) make `wait_replicas` unsafe, if they do: a
+/// failover may promote a replica that never saw an acknowledged write unless every connected
+/// replica acknowledges each write.
+pub(crate) fn judge_replicas(replication: &HashMap<String, String>, wait: u32) -> Option<String> {
+    if replication.get("role").map(String::as_str) != Some("master") {
+        return None;
+    }
+    let replicas: u32 = replication
+        .get("connected_slaves")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    (replicas > wait).then(|| {
+        format!(
+            "has {replicas} connected replica(s) but wait_replicas is {wait}: a failover to a \
+             replica that missed an acknowledged write hands its ids out twice; set \
+             wait_replicas = {replicas}"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,5 +419,32 @@ mod tests {
             }
         );
         assert_eq!(judge(None, Some("always"), false), Durability::Unknown);
+    }
+
+    #[test]
+    fn version_table() {
+        assert_eq!(judge_version(Some("7.0.15")), None);
+        assert_eq!(judge_version(Some("5.0.0")), None);
+        assert_eq!(judge_version(None), None);
+        let old = judge_version(Some("4.0.14")).unwrap();
+        assert!(old.contains("4.0.14") && old.contains("5.0"), "{old}");
+        assert!(judge_version(Some("x")).unwrap().contains("unreadable"));
+    }
+
+    #[test]
+    fn replicas_table() {
+        let info = |text: &str| parse_info(text);
+        let primary = info("# Replication\r\nrole:master\r\nconnected_slaves:2\r\n");
+        assert_eq!(judge_replicas(&primary, 2), None);
+        assert_eq!(judge_replicas(&primary, 3), None);
+        let p = judge_replicas(&primary, 1).unwrap();
+        assert!(
+            p.contains("2 connected replica") && p.contains("wait_replicas is 1"),
+            "{p}"
+        );
+        let alone = info("role:master\nconnected_slaves:0\n");
+        assert_eq!(judge_replicas(&alone, 0), None);
+        let replica = info("role:slave\nconnected_slaves:0\n");
+        assert_eq!(judge_replicas(&replica, 0), None);
     }
 }

@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::fmt;
 
 use async_trait::async_trait;
-use leaf_core::store::{clamp_step, validate_step};
 use leaf_core::{
     Allocation, Error, NewTag, Result, SegmentStore, StoreCapabilities, Tag, TagRecord, TagUpdate,
 };
+use leaf_core::{clamp_step, validate_step};
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 

@@ -389,10 +389,12 @@ async fn writes_not_acknowledged_by_the_replicas_are_unavailable() {
         .expect("release");
 }
 
-/// With a real replica, `WAIT 1` is acknowledged: allocations and claims succeed, and what the
-/// primary answered is on the replica when the answer arrives.
+/// A primary with a connected replica is refused while `wait_replicas` is below the replica
+/// count (a failover could promote a replica that missed an acknowledged write), unless
+/// `accept_weak_durability`. With `WAIT 1` acknowledged, allocations and claims succeed, and
+/// what the primary answered is on the replica when the answer arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_acknowledged_by_a_replica_are_on_it() {
+async fn a_primary_with_a_replica_needs_wait_replicas_and_its_writes_are_on_it() {
     let (primary, replica) = redis_with_replica()
         .await
         .unwrap_or_else(|e| panic!("no Redis primary and replica for the test: {e}"));
@@ -407,10 +409,38 @@ async fn writes_acknowledged_by_a_replica_are_on_it() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let ns = namespace_on(&url);
+    let unacknowledged = config_of(&ns);
+    assert_eq!(unacknowledged.wait_replicas, 0);
+    let e = RedisStore::connect(&unacknowledged)
+        .await
+        .expect_err("a store on a primary whose replica acknowledges nothing");
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("wait_replicas is 0")
+            && m.contains("1 connected replica") && m.contains("accept_weak_durability")),
+        "{e}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let e = RedisBackend::new(&unacknowledged, "leaf")
+        .map(|b| b.registry(dir.path().to_path_buf()))
+        .unwrap()
+        .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.5", 1), 0))
+        .await
+        .expect_err("a claim on a primary whose replica acknowledges nothing");
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("wait_replicas")),
+        "{e}"
+    );
+    RedisStore::connect(&RedisConfig {
+        accept_weak_durability: true,
+        ..unacknowledged.clone()
+    })
+    .await
+    .expect("accepted with accept_weak_durability");
+
     let config = RedisConfig {
         wait_replicas: 1,
         wait_timeout_ms: 2000,
-        ..config_of(&ns)
+        ..unacknowledged
     };
     let store = RedisStore::connect(&config).await.expect("connect");
     let t = new_tag(&store, "replicated", 10).await;

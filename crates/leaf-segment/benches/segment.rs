@@ -1,18 +1,17 @@
 //! Segment allocator hot path against a bare atomic increment, in the same run (design targets:
 //! `next_id` by name within 3x, a tag handle within 1.5x), on one thread and on two.
 
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use leaf_core::SystemClock;
 use leaf_segment::{SegmentAllocator, SegmentConfig};
 use leaf_testkit::MemoryStore;
+use leaf_testkit::bench::poll_once_then_block;
 
 /// Big enough that switches are rare, small enough that a run sees some.
 const STEP: i64 = 1_000_000;
@@ -29,34 +28,6 @@ fn allocator(rt: &tokio::runtime::Runtime, tag: &str) -> SegmentAllocator {
         alloc.next_id(tag).await.expect("first load");
     });
     alloc
-}
-
-/// Polls `fut` once, as a runtime would on its first poll; a request that has to wait (a switch)
-/// is driven to the end by the runtime. The ID is returned as a plain `i64` (-1 for an error), as
-/// a caller would consume the result.
-#[inline(always)]
-fn poll_once_then_block<F: Future<Output = leaf_core::Result<i64>> + Unpin>(
-    rt: &tokio::runtime::Runtime,
-    cx: &mut Context<'_>,
-    mut fut: F,
-) -> i64 {
-    match Pin::new(&mut fut).poll(cx) {
-        Poll::Ready(Ok(id)) => id,
-        Poll::Ready(Err(e)) => failed(e),
-        Poll::Pending => finish(rt, fut),
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn finish<F: Future<Output = leaf_core::Result<i64>>>(rt: &tokio::runtime::Runtime, fut: F) -> i64 {
-    rt.block_on(fut).unwrap_or_else(failed)
-}
-
-#[cold]
-#[inline(never)]
-fn failed(_: leaf_core::Error) -> i64 {
-    -1
 }
 
 /// Runs `work(iters)` on two threads at once; the time from their common start to the end of

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::Duration;
@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::arena::{self, Arena};
 use crate::entry::{Seg, Slow, TagEntry, Take};
-use crate::handle::{NextId, SLOW, Source, TagHandle};
+use crate::next_id::{NextId, SLOW, SlowFuture, Source};
 use crate::step::next_step;
 use crate::tags::{self, Recently, TagMap};
 use crate::{LoadObserver, SegmentConfig, TagSnapshot};
@@ -49,7 +49,7 @@ impl<'a> Source<'a> for ByName<'a> {
 
     #[cold]
     #[inline(never)]
-    fn slow(self) -> Pin<Box<dyn Future<Output = Result<i64>> + Send + 'a>> {
+    fn slow(self) -> SlowFuture<'a> {
         Box::pin(self.alloc.inner.next_id_slow(self.tag))
     }
 }
@@ -207,13 +207,9 @@ impl SegmentAllocator {
         self.inner.next_ids(tag, n).await
     }
 
-    /// A handle on `tag`, whose requests skip the name lookup (the fastest way to take IDs of
-    /// one tag). `NotFound` for a tag the store does not know (one store lookup for a tag not
-    /// cached yet), `InvalidInput` for a malformed one. The tag's first segment loads on the
-    /// handle's first request.
-    pub async fn handle(&self, tag: &str) -> Result<TagHandle> {
-        let entry = self.inner.entry_for(tag).await?;
-        Ok(TagHandle::new(self.inner.clone(), entry))
+    /// The shared state, for `TagHandle`.
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
     /// Forgets what the store last said against `tag` (unknown, exhausted), so that the next
@@ -404,7 +400,7 @@ impl Inner {
 
     /// The cached entry of `tag`; for a tag not in the cache, one store lookup (unless a recent
     /// one found nothing), so that a tag created since the last refresh works at once.
-    async fn entry_for(&self, tag: &str) -> Result<Arc<TagEntry>> {
+    pub(crate) async fn entry_for(&self, tag: &str) -> Result<Arc<TagEntry>> {
         if let Some(e) = self.lookup(tag) {
             // The thread's last entry may be one a refresh dropped (see `tags::recently`).
             tags::remember(self.id, tag, e.index);

@@ -1,58 +1,29 @@
-//! `TagHandle`: one tag of an allocator, found once, so that its requests skip the name lookup;
-//! and the request future both it and the allocator's by-name `next_id` return.
+//! `TagHandle`: one tag of an allocator, found once, so that its requests skip the name lookup.
+//! It builds on the allocator (never the other way round): `SegmentAllocator::handle` lives here.
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use leaf_core::{Result, Tag};
 
+use crate::SegmentAllocator;
 use crate::allocator::Inner;
 use crate::entry::TagEntry;
+use crate::next_id::{NextId, SlowFuture, Source};
 
-/// `Source::fast`'s answer when the request needs the slow path (IDs are never negative).
-pub(crate) const SLOW: i64 = -1;
-
-type SlowFuture<'a> = Pin<Box<dyn Future<Output = Result<i64>> + Send + 'a>>;
-
-/// Where a request gets its ID: a fast path that answers at once (an ID or [`SLOW`]), and the
-/// slow path's future. Implemented by `Copy` references, so that only values move around on
-/// the fast path.
-pub(crate) trait Source<'a>: Copy + Unpin {
-    fn fast(self) -> i64;
-    fn slow(self) -> SlowFuture<'a>;
-}
-
-/// The future of a single-ID request. A small hand-written one, so that the fast path (which
-/// completes on the first poll) inlines into the caller and its result stays in registers; only
-/// a request that has to wait allocates its slow-path future.
-pub(crate) struct NextId<'a, S> {
-    source: S,
-    slow: Option<SlowFuture<'a>>,
-}
-
-impl<'a, S: Source<'a>> NextId<'a, S> {
-    pub(crate) fn new(source: S) -> Self {
-        NextId { source, slow: None }
-    }
-}
-
-impl<'a, S: Source<'a>> Future for NextId<'a, S> {
-    type Output = Result<i64>;
-
-    #[inline(always)]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<i64>> {
-        let this = &mut *self;
-        if let Some(slow) = &mut this.slow {
-            return slow.as_mut().poll(cx);
-        }
-        let id = this.source.fast();
-        if id >= 0 {
-            return Poll::Ready(Ok(id));
-        }
-        this.slow.insert(this.source.slow()).as_mut().poll(cx)
+impl SegmentAllocator {
+    /// A handle on `tag`, whose requests skip the name lookup (the fastest way to take IDs of
+    /// one tag). `NotFound` for a tag the store does not know (one store lookup for a tag not
+    /// cached yet), `InvalidInput` for a malformed one. The tag's first segment loads on the
+    /// handle's first request.
+    pub async fn handle(&self, tag: &str) -> Result<TagHandle> {
+        let inner = self.inner();
+        let entry = inner.entry_for(tag).await?;
+        Ok(TagHandle {
+            inner: inner.clone(),
+            entry,
+        })
     }
 }
 
@@ -71,10 +42,6 @@ pub struct TagHandle {
 }
 
 impl TagHandle {
-    pub(crate) fn new(inner: Arc<Inner>, entry: Arc<TagEntry>) -> Self {
-        TagHandle { inner, entry }
-    }
-
     /// The tag.
     pub fn tag(&self) -> &Tag {
         &self.entry.tag

@@ -6,6 +6,7 @@ mod arena;
 mod config;
 mod entry;
 mod handle;
+mod next_id;
 mod snapshot;
 mod step;
 mod tags;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leaf_core::store::MAX_STEP;
+use leaf_core::MAX_STEP;
 
 use crate::SegmentConfig;
 

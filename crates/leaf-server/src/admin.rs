@@ -1,5 +1,5 @@
-//! The admin rule of `/v1/tags*` and the monitor pages: with a token configured, a request
-//! needs `Authorization: Bearer <token>` (compared in constant time), or on the pages HTTP
+//! The admin rule of `/v1/tags`, `PATCH /v1/tags/{tag}` and the monitor pages: with a token
+//! configured, a request needs `Authorization: Bearer <token>` (compared in constant time), or on the pages HTTP
 //! Basic with the token as the password, which a browser can answer; without one, only loopback
 //! peers are served. The peer is the socket's address, never a header: behind a reverse proxy
 //! on the same host every client looks local, so such deployments must set a token.
@@ -7,6 +7,10 @@
 //! Writes (`POST`, `PATCH`, ...) also refuse requests a browser sent from a page of another
 //! origin (their `Origin` names another host, or `Sec-Fetch-Site` says so): without a token, a
 //! page on the operator's machine could otherwise create tags through the loopback rule.
+//!
+//! The client rule of the ID routes and of the routes of clients that lease segments is
+//! simpler: with `server.client_token` set, a request needs `Authorization: Bearer <it>`
+//! (compared in constant time), else 401; with none, everyone is served, as in Leaf.
 
 use std::net::SocketAddr;
 
@@ -21,12 +25,12 @@ use crate::state::AppState;
 /// Proof that a request passed the admin rule (and, for a write, the origin rule); take it as
 /// a handler argument of the admin API.
 #[derive(Debug, Clone, Copy)]
-pub struct Admin;
+pub(crate) struct Admin;
 
 /// Proof that a request passed the admin rule of the monitor pages, which also accept HTTP
 /// Basic with the token as the password (any user name) and challenge a browser with it.
 #[derive(Debug, Clone, Copy)]
-pub struct AdminPage;
+pub(crate) struct AdminPage;
 
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
@@ -59,6 +63,32 @@ impl FromRequestParts<AppState> for AdminPage {
     }
 }
 
+/// Proof that a request passed the client rule (`server.client_token`); take it as a handler
+/// argument of the ID routes and the routes of leasing clients.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientAccess;
+
+impl FromRequestParts<AppState> for ClientAccess {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        check_client(state.client_token(), authorization(parts)).map(|()| ClientAccess)
+    }
+}
+
+/// The client rule: `token` as configured (empty: none), the `Authorization` header if any.
+pub(crate) fn check_client(token: &str, authorization: Option<&[u8]>) -> Result<(), ApiError> {
+    if token.is_empty() {
+        return Ok(());
+    }
+    let refusal = match authorization.and_then(bearer_token) {
+        Some(p) if constant_time_eq(&p, token.as_bytes()) => return Ok(()),
+        Some(_) => "the client token is wrong",
+        None => "this route needs Authorization: Bearer <server.client_token>",
+    };
+    Err(ApiError::new(StatusCode::UNAUTHORIZED, refusal))
+}
+
 fn authorization(parts: &Parts) -> Option<&[u8]> {
     parts
         .headers
@@ -66,7 +96,8 @@ fn authorization(parts: &Parts) -> Option<&[u8]> {
         .map(|v| v.as_bytes())
 }
 
-fn peer(parts: &Parts) -> Option<SocketAddr> {
+/// The socket's peer, when the server recorded it (never a header).
+pub(crate) fn peer(parts: &Parts) -> Option<SocketAddr> {
     parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -79,7 +110,7 @@ fn is_safe(method: &Method) -> bool {
 
 /// Which credentials a route accepts with a token configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Schemes {
+pub(crate) enum Schemes {
     /// `Authorization: Bearer <token>` only (the API).
     Bearer,
     /// Bearer, or HTTP Basic with the token as the password (the pages, opened in a browser).
@@ -88,7 +119,7 @@ pub enum Schemes {
 
 /// The rule itself: `token` as configured (empty: none), the `Authorization` header if any, the
 /// socket's peer if known, the schemes the route accepts.
-pub fn check(
+pub(crate) fn check(
     token: &str,
     authorization: Option<&[u8]>,
     peer: Option<SocketAddr>,
@@ -126,7 +157,7 @@ pub fn check(
 /// `Host` (or is `null`), or whose `Sec-Fetch-Site` says another site or origin sent it, is
 /// refused (403). Requests without these headers (curl, scripts) pass: only browsers send them,
 /// and a browser always sends `Origin` with a cross-origin `POST`.
-pub fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
     let refuse = |why: String| {
         Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -266,6 +297,27 @@ mod tests {
             base64::engine::general_purpose::STANDARD.encode("admin:s3cret")
         );
         assert_eq!(status(Some(&basic), peer("127.0.0.1:1")), Err(401));
+    }
+
+    #[test]
+    fn client_rule_table() {
+        let status = |token: &str, auth: Option<&str>| {
+            check_client(token, auth.map(str::as_bytes)).map_err(|e| e.status.as_u16())
+        };
+        // No token: open to everyone, whatever they send.
+        assert_eq!(status("", None), Ok(()));
+        assert_eq!(status("", Some("Bearer anything")), Ok(()));
+        assert_eq!(status("t0ken", Some("Bearer t0ken")), Ok(()));
+        assert_eq!(status("t0ken", Some("bearer   t0ken")), Ok(()));
+        assert_eq!(status("t0ken", None), Err(401));
+        assert_eq!(status("t0ken", Some("Bearer t0ke")), Err(401));
+        assert_eq!(status("t0ken", Some("Bearer t0ken ")), Err(401));
+        assert_eq!(status("t0ken", Some("Bearer")), Err(401));
+        let basic = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("client:t0ken")
+        );
+        assert_eq!(status("t0ken", Some(&basic)), Err(401), "Bearer only");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::config::{Alias, Config, fields_of, in_section, read};
 /// compiles its backend in, and, when compiled in, its defaults (the keys a `LEAF_` variable
 /// may name) and a check of a value.
 #[derive(Clone, Copy)]
-pub struct Section {
+pub(crate) struct Section {
     /// `segment.mysql`, `snowflake.zk`, ...
     pub path: &'static str,
     /// The cargo feature (or features) that compile it in.
@@ -35,12 +35,12 @@ type Check = fn(Option<&Value>, &'static str) -> Result<()>;
 
 impl Section {
     /// The table's name within its section (`mysql` of `segment.mysql`).
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         self.path.rsplit('.').next().unwrap_or(self.path)
     }
 
     /// Whether its backend is compiled in.
-    pub fn compiled(&self) -> bool {
+    pub(crate) fn compiled(&self) -> bool {
         self.check.is_some()
     }
 }
@@ -65,15 +65,19 @@ macro_rules! section {
 
 /// Every backend table, compiled in or not.
 #[rustfmt::skip]
-pub const SECTIONS: &[Section] = &[
+pub(crate) const SECTIONS: &[Section] = &[
     section!("segment.sqlite", "sqlite", leaf_registry_local::SqliteStoreConfig, feature = "sqlite"),
     section!("segment.mysql", "mysql", leaf_registry_mysql::MysqlConfig, feature = "mysql"),
+    section!("segment.postgres", "postgres", leaf_registry_postgres::PostgresConfig,
+        feature = "postgres"),
     section!("segment.etcd", "etcd", leaf_registry_etcd::EtcdConfig, feature = "etcd"),
     section!("segment.redis", "redis", leaf_registry_redis::RedisConfig, feature = "redis"),
     section!("snowflake.local", "local", leaf_registry_local::LocalRegistryConfig, feature = "local"),
     section!("snowflake.zk", "zk-normal or zk-recycle", leaf_registry_zk::ZkConfig,
         any(feature = "zk-normal", feature = "zk-recycle")),
     section!("snowflake.mysql", "mysql", leaf_registry_mysql::MysqlConfig, feature = "mysql"),
+    section!("snowflake.postgres", "postgres", leaf_registry_postgres::PostgresConfig,
+        feature = "postgres"),
     section!("snowflake.etcd", "etcd", leaf_registry_etcd::EtcdConfig, feature = "etcd"),
     section!("snowflake.redis", "redis", leaf_registry_redis::RedisConfig, feature = "redis"),
 ];
@@ -84,12 +88,13 @@ const MODES: &[(&str, &str, &str)] = &[
     ("zk_normal", "zk", "zk-normal"),
     ("zk_recycle", "zk", "zk-recycle"),
     ("mysql", "mysql", "mysql"),
+    ("postgres", "postgres", "postgres"),
     ("etcd", "etcd", "etcd"),
     ("redis", "redis", "redis"),
 ];
 
 /// The [`Section`] at `path`.
-pub fn section(path: &str) -> Option<&'static Section> {
+pub(crate) fn section(path: &str) -> Option<&'static Section> {
     SECTIONS.iter().find(|s| s.path == path)
 }
 
@@ -138,7 +143,7 @@ fn unknown(key: &str, value: &str, known: &[&str]) -> Error {
 /// the configuration's load rather than the start: the chosen store's and mode's (aliases
 /// included) when their mode is enabled, and every other table present whose backend is
 /// compiled in. A table no backend has is an unknown key.
-pub fn check(config: &Config) -> Result<()> {
+pub(crate) fn check(config: &Config) -> Result<()> {
     let (seg, sf) = (&config.segment, &config.snowflake);
     let tables = seg.stores.iter().map(|(n, v)| ("segment", n, v));
     for (head, name, value) in tables.chain(sf.backends.iter().map(|(n, v)| ("snowflake", n, v))) {
@@ -171,7 +176,7 @@ pub fn check(config: &Config) -> Result<()> {
 }
 
 /// The tables present whose backend this build does not have: ignored, with a warning.
-pub fn uncompiled(config: &Config) -> Vec<String> {
+pub(crate) fn uncompiled(config: &Config) -> Vec<String> {
     let segment = config
         .segment
         .stores
@@ -336,49 +341,37 @@ fn alias_named(e: Error, seg: &crate::config::SegmentSection, store: &Section) -
     }
 }
 
+/// The arm of [`segment_store`] for the backend crate `$b` of configuration type `$ty`.
+#[allow(unused_macros, reason = "used by the stores compiled in")]
+macro_rules! open_store {
+    ($b:ident :: $ty:ident, $config:expr) => {
+        store(
+            $config,
+            $b::$ty::validate,
+            $b::store_capabilities,
+            |c, n| async move { $b::open_store(&c, &n).await },
+        )
+        .await
+    };
+}
+
 /// Opens the segment store named by `segment.store`. A store that cannot be opened for a
 /// reason that may pass (a server down, a file locked by another program) is returned behind a
 /// [`DeferredStore`](crate::deferred::DeferredStore): segment mode starts not ready and its
 /// start-up retries reach the store through it. Refused credentials, a corrupt file and the
 /// like still stop start-up.
-pub async fn segment_store(config: &Config) -> Result<Arc<dyn SegmentStore>> {
+pub(crate) async fn segment_store(config: &Config) -> Result<Arc<dyn SegmentStore>> {
     match config.segment.store.as_str() {
         #[cfg(feature = "sqlite")]
-        "sqlite" => {
-            use leaf_registry_local as b;
-            let v = b::SqliteStoreConfig::validate;
-            store(config, v, b::store_capabilities, |c, n| async move {
-                b::open_store(&c, &n).await
-            })
-            .await
-        }
+        "sqlite" => open_store!(leaf_registry_local::SqliteStoreConfig, config),
         #[cfg(feature = "mysql")]
-        "mysql" => {
-            use leaf_registry_mysql as b;
-            let v = b::MysqlConfig::validate;
-            store(config, v, b::store_capabilities, |c, n| async move {
-                b::open_store(&c, &n).await
-            })
-            .await
-        }
+        "mysql" => open_store!(leaf_registry_mysql::MysqlConfig, config),
+        #[cfg(feature = "postgres")]
+        "postgres" => open_store!(leaf_registry_postgres::PostgresConfig, config),
         #[cfg(feature = "etcd")]
-        "etcd" => {
-            use leaf_registry_etcd as b;
-            let v = b::EtcdConfig::validate;
-            store(config, v, b::store_capabilities, |c, n| async move {
-                b::open_store(&c, &n).await
-            })
-            .await
-        }
+        "etcd" => open_store!(leaf_registry_etcd::EtcdConfig, config),
         #[cfg(feature = "redis")]
-        "redis" => {
-            use leaf_registry_redis as b;
-            let v = b::RedisConfig::validate;
-            store(config, v, b::store_capabilities, |c, n| async move {
-                b::open_store(&c, &n).await
-            })
-            .await
-        }
+        "redis" => open_store!(leaf_registry_redis::RedisConfig, config),
         // Unknown, or not compiled in: the message says which.
         _ => Err(store_section(&config.segment)
             .err()
@@ -458,7 +451,7 @@ pub trait PeerDirectory: Send + Sync {
 }
 
 /// The worker-id registry of the configured mode, and its peer directory when it keeps one.
-pub struct Registry {
+pub(crate) struct Registry {
     /// Where the worker id comes from.
     pub worker: Arc<dyn WorkerIdRegistry>,
     /// The running peers, in the modes that list them.
@@ -466,60 +459,46 @@ pub struct Registry {
 }
 
 /// The worker-id registry named by `snowflake.mode`.
-pub async fn worker_registry(config: &Config) -> Result<Arc<dyn WorkerIdRegistry>> {
+#[cfg(test)]
+pub(crate) async fn worker_registry(config: &Config) -> Result<Arc<dyn WorkerIdRegistry>> {
     Ok(registry(config).await?.worker)
 }
 
 /// The worker-id registry named by `snowflake.mode`, with its peer directory. Nothing is
 /// contacted yet: a registry reaches its server at its first `acquire`, so that a start from
 /// the cache file works while the server is down.
-pub async fn registry(config: &Config) -> Result<Registry> {
+pub(crate) async fn registry(config: &Config) -> Result<Registry> {
     let sf = &config.snowflake;
     let (dir, name) = (sf.cache_dir.as_path(), config.name.as_str());
-    let section = mode_section(&sf.mode)?;
-    let plain = |worker: Result<Arc<dyn WorkerIdRegistry>>| {
-        worker.map(|worker| Registry {
-            worker,
-            peers: None,
-        })
-    };
+    mode_section(&sf.mode)?;
+    // A mode of the backend crate `$b` and configuration type `$ty`, which lists no peers.
+    #[allow(unused_macros, reason = "used by the modes compiled in")]
+    macro_rules! plain {
+        ($b:ident :: $ty:ident) => {{
+            let c = mode_config(config, $b::$ty::validate)?;
+            let path = mode_section(&sf.mode)?.path;
+            let worker = $b::open_registry(&c, dir, name).map_err(keyed::<$b::$ty>(path))?;
+            Ok(Registry {
+                worker,
+                peers: None,
+            })
+        }};
+    }
     match sf.mode.as_str() {
         #[cfg(feature = "local")]
-        "local" => {
-            use leaf_registry_local::LocalRegistryConfig as C;
-            let c = mode_config(config, C::validate)?;
-            plain(
-                leaf_registry_local::open_registry(&c, dir, name).map_err(keyed::<C>(section.path)),
-            )
-        }
+        "local" => plain!(leaf_registry_local::LocalRegistryConfig),
         #[cfg(feature = "zk-normal")]
         "zk_normal" => zk_registry(config, leaf_registry_zk::ZkMode::Normal, dir, name),
         #[cfg(feature = "zk-recycle")]
         "zk_recycle" => zk_registry(config, leaf_registry_zk::ZkMode::Recycle, dir, name),
         #[cfg(feature = "mysql")]
-        "mysql" => {
-            use leaf_registry_mysql::MysqlConfig as C;
-            let c = mode_config(config, C::validate)?;
-            plain(
-                leaf_registry_mysql::open_registry(&c, dir, name).map_err(keyed::<C>(section.path)),
-            )
-        }
+        "mysql" => plain!(leaf_registry_mysql::MysqlConfig),
+        #[cfg(feature = "postgres")]
+        "postgres" => plain!(leaf_registry_postgres::PostgresConfig),
         #[cfg(feature = "etcd")]
-        "etcd" => {
-            use leaf_registry_etcd::EtcdConfig as C;
-            let c = mode_config(config, C::validate)?;
-            plain(
-                leaf_registry_etcd::open_registry(&c, dir, name).map_err(keyed::<C>(section.path)),
-            )
-        }
+        "etcd" => plain!(leaf_registry_etcd::EtcdConfig),
         #[cfg(feature = "redis")]
-        "redis" => {
-            use leaf_registry_redis::RedisConfig as C;
-            let c = mode_config(config, C::validate)?;
-            plain(
-                leaf_registry_redis::open_registry(&c, dir, name).map_err(keyed::<C>(section.path)),
-            )
-        }
+        "redis" => plain!(leaf_registry_redis::RedisConfig),
         // Never reached: `mode_section` refused a mode not compiled in.
         other => Err(unknown("snowflake.mode", other, &[])),
     }
@@ -560,7 +539,7 @@ impl PeerDirectory for leaf_registry_zk::ZkRegistry {
 /// An error of the chosen mode's registry (from `acquire`: an identity missing from
 /// `work_id_map`, a TTL the generator cannot renew within), its fields named as the server's
 /// keys: the one generic place for them.
-pub fn mode_error(config: &Config, e: Error) -> Error {
+pub(crate) fn mode_error(config: &Config, e: Error) -> Error {
     match mode_section(&config.snowflake.mode) {
         Ok(s) => in_section(e, s.path, &fields(s)),
         Err(_) => e,
@@ -595,6 +574,10 @@ mod tests {
         if cfg!(not(feature = "redis")) {
             modes.push(("redis", "`redis`"));
             stores.push(("redis", "`redis`"));
+        }
+        if cfg!(not(feature = "postgres")) {
+            modes.push(("postgres", "`postgres`"));
+            stores.push(("postgres", "`postgres`"));
         }
         for (mode, feature) in modes {
             c.snowflake.mode = mode.into();
@@ -741,6 +724,23 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn the_postgres_store_takes_the_aliases() {
+        // `lock_wait_timeout_s` is MySQL's (whole seconds); PostgreSQL's own key is
+        // `lock_timeout_ms`, which no alias names.
+        aliases_reach(
+            "postgres",
+            leaf_registry_postgres::PostgresConfig::validate,
+            &[
+                ("url", "postgres://u@db:5432/leaf", "url"),
+                ("max_connections", "7", "max_connections"),
+                ("connect_timeout_ms", "1234", "connect_timeout_ms"),
+                ("timeout_ms", "2345", "timeout_ms"),
+            ],
+        );
+    }
+
     #[cfg(feature = "etcd")]
     #[test]
     fn the_etcd_store_takes_the_aliases() {
@@ -847,19 +847,68 @@ mod tests {
         assert!(!format!("{r:?}").contains("s3cret"));
     }
 
+    /// The registry of `mode` on `url`, where nothing listens (port 1): it still builds, and
+    /// fails only when used.
+    #[allow(dead_code, reason = "used by the SQL modes compiled in")]
+    async fn made_without_contacting(mode: &str, url: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Config::default();
+        c.snowflake.mode = mode.into();
+        c.snowflake.backends.set(mode, "url", url);
+        c.snowflake.cache_dir = dir.path().to_path_buf();
+        let r = worker_registry(&c).await.unwrap();
+        assert_eq!(r.mode(), mode);
+    }
+
     #[cfg(feature = "mysql")]
     #[tokio::test]
     async fn a_mysql_registry_is_made_without_contacting_the_server() {
-        // Nothing listens on port 1: the registry still builds, and fails only when used.
-        let dir = tempfile::tempdir().unwrap();
+        made_without_contacting("mysql", "mysql://leaf:pw@127.0.0.1:1/leaf").await;
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_settings_come_from_the_server_configuration() {
         let mut c = Config::default();
-        c.snowflake.mode = "mysql".into();
+        c.segment.store = "postgres".into();
+        let url = "postgres://leaf:hunter2@db:5432/leaf?sslmode=require";
+        c.segment.stores.set("postgres", "url", url);
+        c.segment.stores.set("postgres", "max_connections", 6);
+        c.segment.stores.set("postgres", "lock_timeout_ms", 1500);
+        c.segment.stores.insert("timeout_ms", 2500);
+        let p = store_config(&c, leaf_registry_postgres::PostgresConfig::validate).unwrap();
+        assert_eq!(p.url, url);
+        assert_eq!(
+            (p.max_connections, p.timeout_ms, p.lock_timeout_ms),
+            (6, 2500, 1500)
+        );
+        assert!(!format!("{p:?}").contains("hunter2"));
+        // A bad value names the server's key.
+        c.segment.stores.set("postgres", "lock_timeout_ms", 0);
+        let e = store_config(&c, leaf_registry_postgres::PostgresConfig::validate).unwrap_err();
+        assert!(
+            e.to_string().contains("segment.postgres.lock_timeout_ms"),
+            "{e}"
+        );
+        c.snowflake.mode = "postgres".into();
         c.snowflake
             .backends
-            .set("mysql", "url", "mysql://leaf:pw@127.0.0.1:1/leaf");
-        c.snowflake.cache_dir = dir.path().to_path_buf();
-        let r = worker_registry(&c).await.unwrap();
-        assert_eq!(r.mode(), "mysql");
+            .set("postgres", "url", "postgresql://w:s3cret@db/leaf");
+        let r = mode_config(&c, leaf_registry_postgres::PostgresConfig::validate).unwrap();
+        assert_eq!(r.url, "postgresql://w:s3cret@db/leaf");
+        assert!(!format!("{r:?}").contains("s3cret"));
+        c.snowflake
+            .backends
+            .set("postgres", "url", "mysql://w:s3cret@db/leaf");
+        let e = mode_config(&c, leaf_registry_postgres::PostgresConfig::validate).unwrap_err();
+        assert!(e.to_string().contains("snowflake.postgres.url"), "{e}");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn a_postgres_registry_is_made_without_contacting_the_server() {
+        made_without_contacting("postgres", "postgres://leaf:pw@127.0.0.1:1/leaf").await;
     }
 
     #[cfg(all(feature = "zk-normal", feature = "zk-recycle"))]

@@ -1,4 +1,5 @@
-//! The command line: `leaf-server [--config PATH] [--check-config] [--help] [--version]`.
+//! The command line: `leaf-server [--config PATH] [--check-config] [--help] [--version]`, and
+//! `leaf-server probe [--ready] [--url URL] [--config PATH]`, the health check of a container.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -15,11 +16,24 @@ pub struct Args {
     pub help: bool,
     /// `--version`.
     pub version: bool,
+    /// `probe`: ask the running server's `/healthz` (or `/readyz`) instead of serving.
+    pub probe: Option<Probe>,
+}
+
+/// `leaf-server probe [--ready] [--url URL]`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Probe {
+    /// `--ready`: ask `/readyz` (every mode serving), not `/healthz` (the process alive).
+    pub ready: bool,
+    /// `--url URL`: the server's base URL; default: `server.listen` of the configuration, an
+    /// unspecified address (`0.0.0.0`) asked on loopback.
+    pub url: Option<String>,
 }
 
 /// The `--help` text.
 pub const USAGE: &str = "\
 usage: leaf-server [--config PATH] [--check-config]
+       leaf-server probe [--ready] [--url URL] [--config PATH]
 
 Serves unique IDs over HTTP: Leaf's segment and snowflake modes.
 
@@ -29,6 +43,10 @@ options:
   --help           print this text
   --version        print the version
 
+probe: asks the running server's /healthz (with --ready, /readyz) and exits 0 when it answers
+200, 1 otherwise; for container health checks, with no shell tools needed. The server is
+--url URL (http://host:port), else server.listen of the configuration.
+
 Every key can also be set with a LEAF_ variable, `__` separating sections:
   LEAF_SERVER__LISTEN=127.0.0.1:9090  LEAF_SNOWFLAKE__ENABLED=false
 ";
@@ -37,9 +55,28 @@ impl Args {
     /// Parses the arguments (without the program name).
     pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, String> {
         let mut out = Args::default();
-        let mut args = args.into_iter();
+        let mut args = args.into_iter().peekable();
+        if args.peek().is_some_and(|a| a == "probe") {
+            args.next();
+            out.probe = Some(Probe::default());
+        }
         while let Some(arg) = args.next() {
             let text = arg.to_string_lossy();
+            if let Some(probe) = &mut out.probe {
+                match text.as_ref() {
+                    "--ready" => {
+                        probe.ready = true;
+                        continue;
+                    }
+                    "--url" => {
+                        let url = args.next().ok_or("--url needs a URL")?;
+                        probe.url = Some(url.to_string_lossy().into_owned());
+                        continue;
+                    }
+                    "--check-config" => return Err("probe takes no --check-config".into()),
+                    _ => {}
+                }
+            }
             match text.as_ref() {
                 "--config" | "-c" => {
                     let path = args.next().ok_or("--config needs a path")?;
@@ -81,5 +118,28 @@ mod tests {
         assert!(parse(&["--config"]).is_err());
         assert!(parse(&["--config="]).is_err());
         assert!(parse(&["--port", "1"]).unwrap_err().contains("--port"));
+        assert_eq!(
+            parse(&["--ready"]).unwrap_err(),
+            "unknown argument \"--ready\" (see --help)"
+        );
+    }
+
+    #[test]
+    fn probe_table() {
+        assert_eq!(parse(&["probe"]).unwrap().probe, Some(Probe::default()));
+        let p = parse(&["probe", "--ready", "--url", "http://h:1"]).unwrap();
+        assert_eq!(
+            p.probe,
+            Some(Probe {
+                ready: true,
+                url: Some("http://h:1".into())
+            })
+        );
+        let p = parse(&["probe", "--config", "a.toml"]).unwrap();
+        assert_eq!(p.config, Some("a.toml".into()));
+        assert!(parse(&["probe", "--url"]).is_err());
+        assert!(parse(&["probe", "--check-config"]).is_err());
+        assert!(parse(&["probe", "--bogus"]).is_err());
+        assert!(parse(&["--config", "probe"]).unwrap().probe.is_none());
     }
 }

@@ -15,13 +15,13 @@ use leaf_core::{
 use tokio::sync::OnceCell;
 
 /// Makes the real store; called again on every use until it succeeds once.
-pub type Connect = Box<
+pub(crate) type Connect = Box<
     dyn Fn() -> Pin<Box<dyn Future<Output = Result<Arc<dyn SegmentStore>>> + Send>> + Send + Sync,
 >;
 
 /// A store connected on first successful use. Until then every call fails with the error of its
 /// own connection attempt (retryable when the server is merely down).
-pub struct DeferredStore {
+pub(crate) struct DeferredStore {
     kind: &'static str,
     capabilities: StoreCapabilities,
     connect: Connect,
@@ -39,7 +39,11 @@ impl fmt::Debug for DeferredStore {
 
 impl DeferredStore {
     /// A store of `kind` with `capabilities` (those of the store `connect` makes).
-    pub fn new(kind: &'static str, capabilities: StoreCapabilities, connect: Connect) -> Self {
+    pub(crate) fn new(
+        kind: &'static str,
+        capabilities: StoreCapabilities,
+        connect: Connect,
+    ) -> Self {
         DeferredStore {
             kind,
             capabilities,
@@ -49,7 +53,8 @@ impl DeferredStore {
     }
 
     /// Whether the real store has been made.
-    pub fn is_connected(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_connected(&self) -> bool {
         self.inner.initialized()
     }
 

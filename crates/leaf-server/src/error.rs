@@ -7,19 +7,19 @@ use leaf_core::Error;
 use serde::Serialize;
 
 /// Leaf's segment code: the key is unknown.
-pub const CODE_UNKNOWN_KEY: i64 = -2;
+pub(crate) const CODE_UNKNOWN_KEY: i64 = -2;
 /// Leaf's segment code: both segments are not ready.
-pub const CODE_SEGMENTS_NOT_READY: i64 = -3;
+pub(crate) const CODE_SEGMENTS_NOT_READY: i64 = -3;
 /// Leaf's snowflake code: the clock is still behind after the wait.
-pub const CODE_CLOCK_STILL_BEHIND: i64 = -1;
+pub(crate) const CODE_CLOCK_STILL_BEHIND: i64 = -1;
 /// Leaf's snowflake code: the clock moved back more than allowed (also used when it jumped
 /// forward more than trusted: Leaf's code for a clock that cannot be issued from).
-pub const CODE_CLOCK_MOVED_BACK: i64 = -3;
+pub(crate) const CODE_CLOCK_MOVED_BACK: i64 = -3;
 /// The fork's snowflake code: the worker id's lease was lost.
-pub const CODE_LEASE_LOST: i64 = -4;
+pub(crate) const CODE_LEASE_LOST: i64 = -4;
 /// The fork's code: a finite space ran out (a tag's IDs up to `i64::MAX`, the layout's
 /// timestamps); retrying does not help until an operator acts.
-pub const CODE_EXHAUSTED: i64 = -5;
+pub(crate) const CODE_EXHAUSTED: i64 = -5;
 
 /// Which part of the service an error came from; it decides Leaf's result code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +100,7 @@ impl ApiError {
         ))
     }
 
-    /// Maps a core error from `origin` to its answer. The message is [`public_reason`]'s; the
+    /// Maps a core error from `origin` to its answer. The message is `public_reason`'s; the
     /// error itself goes to the log.
     pub fn from_core(origin: Origin, err: Error) -> Self {
         let message = public_reason(origin, &err);
@@ -160,7 +160,7 @@ impl ApiError {
 /// (an OS message with a path, a driver's message with hosts or statements). Every client-facing
 /// error text (answers, `/readyz`) comes from here. Kept: names the client sent (a tag) and the
 /// numbers of the server's own rules.
-pub fn public_reason(origin: Origin, err: &Error) -> String {
+pub(crate) fn public_reason(origin: Origin, err: &Error) -> String {
     match err {
         Error::NotFound(what) => format!("not found: {what}"),
         Error::InvalidInput(why) => why.clone(),

@@ -9,7 +9,7 @@ use leaf_core::{Error, NodeIdentity, Result};
 use crate::config::SnowflakeSection;
 
 /// Resolves the identity. `listen_port` is the port actually bound.
-pub fn node_identity(cfg: &SnowflakeSection, listen_port: u16) -> Result<NodeIdentity> {
+pub(crate) fn node_identity(cfg: &SnowflakeSection, listen_port: u16) -> Result<NodeIdentity> {
     let port = if cfg.port == 0 { listen_port } else { cfg.port };
     let ip = if cfg.ip.is_empty() {
         let addrs = interfaces()?;

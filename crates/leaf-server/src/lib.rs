@@ -1,22 +1,23 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-pub mod admin;
-pub mod api;
-pub mod backend;
+mod admin;
+mod api;
+mod backend;
 pub mod cli;
 pub mod config;
-pub mod deferred;
-pub mod error;
-pub mod identity;
+mod deferred;
+mod error;
+mod identity;
 pub mod logging;
 pub mod metrics;
-pub mod pages;
+mod pages;
 pub mod peer_clock;
+pub mod probe;
 pub mod server;
-pub mod state;
-pub mod warm;
-pub mod write_timeout;
+mod state;
+mod warm;
+mod write_timeout;
 
 pub use api::app;
 pub use config::Config;

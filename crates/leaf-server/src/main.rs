@@ -1,9 +1,10 @@
 //! The `leaf-server` binary: reads the configuration, sets up logging, serves until SIGINT or
-//! SIGTERM.
+//! SIGTERM; or, as `leaf-server probe`, asks a running server whether it is healthy.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use leaf_server::cli::{Args, USAGE};
+use leaf_server::cli::{Args, Probe, USAGE};
 use leaf_server::{config, logging, server};
 
 fn main() -> ExitCode {
@@ -22,15 +23,12 @@ fn main() -> ExitCode {
         println!("leaf-server {}", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
     }
-    // Variables that are not Unicode cannot be configuration; they are passed over.
-    let env = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())));
-    let loaded = match config::load(args.config.as_deref(), env) {
+    if let Some(probe) = &args.probe {
+        return run_probe(probe, &args);
+    }
+    let loaded = match load(&args) {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("leaf-server: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     if args.check_config {
         for w in &loaded.warnings {
@@ -58,6 +56,39 @@ fn main() -> ExitCode {
         Err(e) => {
             tracing::error!("start-up failed: {e:#}");
             eprintln!("leaf-server: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The configuration of `args`, or the exit code of a configuration that cannot be loaded.
+fn load(args: &Args) -> Result<config::Loaded, ExitCode> {
+    // Variables that are not Unicode cannot be configuration; they are passed over.
+    let env = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())));
+    config::load(args.config.as_deref(), env).map_err(|e| {
+        eprintln!("leaf-server: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// `leaf-server probe`: 0 when the server answers 200, 1 otherwise (2: no configuration to
+/// find it by).
+fn run_probe(probe: &Probe, args: &Args) -> ExitCode {
+    let url = match &probe.url {
+        Some(url) => url.clone(),
+        None => match load(args) {
+            Ok(l) => leaf_server::probe::base_url(l.config.server.listen),
+            Err(code) => return code,
+        },
+    };
+    match leaf_server::probe::probe(&url, probe.ready, Duration::from_secs(3)) {
+        Ok(status) => {
+            println!("leaf-server probe: {status}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("leaf-server probe: {e}");
             ExitCode::FAILURE
         }
     }

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::hash::Hash;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -90,11 +92,62 @@ impl RouteStats {
     }
 }
 
+/// The address family of a client, a label of the allocation counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// IPv4, IPv4-mapped IPv6 addresses included.
+    Ipv4,
+    /// IPv6.
+    Ipv6,
+    /// No socket peer known (a request handed to the router without one).
+    Unknown,
+}
+
+impl Family {
+    /// The family of `peer`.
+    pub fn of(peer: Option<SocketAddr>) -> Self {
+        match peer.map(|p| p.ip().to_canonical()) {
+            Some(std::net::IpAddr::V4(_)) => Family::Ipv4,
+            Some(std::net::IpAddr::V6(_)) => Family::Ipv6,
+            None => Family::Unknown,
+        }
+    }
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+            Family::Unknown => "unknown",
+        }
+    }
+}
+
+/// Ranges reserved for leasing clients, of one tag and client address family.
+#[derive(Debug, Default)]
+struct ClientAllocations {
+    ranges: AtomicU64,
+    ids: AtomicU64,
+}
+
+/// The shared value of `key` in `map`, made on first use. A read lock on the common path.
+fn slot<K: Eq + Hash + Clone, V: Default>(map: &RwLock<HashMap<K, Arc<V>>>, key: &K) -> Arc<V> {
+    if let Some(v) = map.read().unwrap_or_else(|p| p.into_inner()).get(key) {
+        return v.clone();
+    }
+    map.write()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(key.clone())
+        .or_default()
+        .clone()
+}
+
 /// The server's own metrics (the allocator's and generator's state is read at scrape time).
 #[derive(Debug)]
 pub struct Metrics {
     routes: RwLock<HashMap<String, Arc<RouteStats>>>,
     segment_issued: RwLock<HashMap<Tag, Arc<AtomicU64>>>,
+    client_allocations: RwLock<HashMap<(Tag, Family), Arc<ClientAllocations>>>,
     snowflake_issued: AtomicU64,
     segment_load_duration: Histogram,
 }
@@ -104,6 +157,7 @@ impl Default for Metrics {
         Metrics {
             routes: RwLock::default(),
             segment_issued: RwLock::default(),
+            client_allocations: RwLock::default(),
             snowflake_issued: AtomicU64::new(0),
             segment_load_duration: Histogram::new(&LOAD_BUCKETS),
         }
@@ -147,21 +201,14 @@ impl Metrics {
 
     /// Counts `n` segment IDs issued for `tag`.
     pub fn segment_issued(&self, tag: &Tag, n: u64) {
-        if let Some(c) = self
-            .segment_issued
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(tag)
-        {
-            c.fetch_add(n, Ordering::Relaxed);
-            return;
-        }
-        self.segment_issued
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(tag.clone())
-            .or_default()
-            .fetch_add(n, Ordering::Relaxed);
+        slot(&self.segment_issued, tag).fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts one range of `ids` IDs of `tag` reserved for a leasing client of `family`.
+    pub fn client_allocation(&self, tag: &Tag, family: Family, ids: u64) {
+        let c = slot(&self.client_allocations, &(tag.clone(), family));
+        c.ranges.fetch_add(1, Ordering::Relaxed);
+        c.ids.fetch_add(ids, Ordering::Relaxed);
     }
 
     /// Counts `n` snowflake IDs issued.
@@ -201,6 +248,39 @@ impl Metrics {
             &[("mode", "snowflake"), ("tag", "")],
             self.snowflake_issued.load(Ordering::Relaxed) as f64,
         );
+
+        {
+            let allocations = self
+                .client_allocations
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            let mut rows: Vec<_> = allocations.iter().collect();
+            rows.sort_by(|a, b| a.0.cmp(b.0));
+            for (name, help, ids) in [
+                (
+                    "leaf_client_allocations_total",
+                    "Ranges reserved for leasing clients (POST /v1/segment/{tag}/allocate), by tag \
+                     and client address family",
+                    false,
+                ),
+                (
+                    "leaf_client_allocated_ids_total",
+                    "IDs in the ranges reserved for leasing clients, by tag and client address \
+                     family",
+                    true,
+                ),
+            ] {
+                out.family(name, help, "counter");
+                for ((tag, family), c) in &rows {
+                    let n = if ids { &c.ids } else { &c.ranges };
+                    out.sample(
+                        name,
+                        &[("tag", tag.as_str()), ("family", family.label())],
+                        n.load(Ordering::Relaxed) as f64,
+                    );
+                }
+            }
+        }
 
         let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
         let mut routes: Vec<_> = routes.iter().collect();
@@ -331,6 +411,15 @@ mod tests {
         m.segment_issued(&Tag::new("t").unwrap(), 5);
         m.segment_issued(&Tag::new("t").unwrap(), 2);
         m.snowflake_issued(3);
+        let t = Tag::new("t").unwrap();
+        m.client_allocation(&t, Family::of(Some("10.0.0.1:1".parse().unwrap())), 100);
+        m.client_allocation(
+            &t,
+            Family::of(Some("[::ffff:10.0.0.1]:1".parse().unwrap())),
+            50,
+        );
+        m.client_allocation(&t, Family::of(Some("[::1]:1".parse().unwrap())), 10);
+        m.client_allocation(&t, Family::of(None), 1);
         let mut e = Exposition::new();
         m.render(&mut e);
         let text = e.finish();
@@ -351,5 +440,11 @@ mod tests {
         has("leaf_request_duration_seconds_count{route=\"/api/segment/get/{*key}\"} 3");
         has("# TYPE leaf_segment_load_duration_seconds histogram");
         has("leaf_segment_load_duration_seconds_count 0");
+        has("# TYPE leaf_client_allocations_total counter");
+        has("leaf_client_allocations_total{tag=\"t\",family=\"ipv4\"} 2");
+        has("leaf_client_allocations_total{tag=\"t\",family=\"ipv6\"} 1");
+        has("leaf_client_allocations_total{tag=\"t\",family=\"unknown\"} 1");
+        has("leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv4\"} 150");
+        has("leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv6\"} 10");
     }
 }

@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use leaf_core::layout::utc_parts;
+use leaf_core::utc_parts;
 use leaf_core::{SnowflakeLayout, TagRecord};
 use leaf_segment::{SegmentView, TagSnapshot};
 use leaf_snowflake::{SnowflakeState, SnowflakeStatus};
 
 /// Escapes text for HTML content and attribute values.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -28,7 +28,7 @@ pub fn escape(s: &str) -> String {
 }
 
 /// An integer with thousands separators: `1,234,567`.
-pub fn int(v: impl Into<i128>) -> String {
+pub(crate) fn int(v: impl Into<i128>) -> String {
     let v: i128 = v.into();
     let digits = v.unsigned_abs().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
@@ -45,7 +45,7 @@ pub fn int(v: impl Into<i128>) -> String {
 }
 
 /// A duration for people: `45 s`, `12 m 5 s`, `1 h 36 m`, `3 d 4 h`; below a second, `< 1 s`.
-pub fn duration_s(secs: f64) -> String {
+pub(crate) fn duration_s(secs: f64) -> String {
     if !secs.is_finite() {
         return "-".into();
     }
@@ -66,7 +66,7 @@ pub fn duration_s(secs: f64) -> String {
 }
 
 /// A moment for people: `2026-11-24 20:58:39 UTC (12 s ago)`, or `(in 3 s)` ahead of `now_ms`.
-pub fn time(ms: u64, now_ms: u64) -> String {
+pub(crate) fn time(ms: u64, now_ms: u64) -> String {
     let (y, mo, d, h, mi, s, _) = utc_parts(ms);
     let relative = if ms + 500 < now_ms {
         format!("{} ago", duration_s((now_ms - ms) as f64 / 1000.0))
@@ -80,7 +80,7 @@ pub fn time(ms: u64, now_ms: u64) -> String {
 
 /// The pages of the console, for the navigation bar.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Page {
+pub(crate) enum Page {
     /// `/`.
     Index,
     /// `/cache`.
@@ -127,7 +127,13 @@ dl{grid-template-columns:1fr}dd{margin-bottom:.4rem}}";
 
 /// A whole page: the navigation, `title`, when it was generated, an optional refresh (in
 /// seconds, opt-in with `?refresh=N`), and `body`.
-pub fn page(current: Page, title: &str, now_ms: u64, refresh_s: Option<u32>, body: &str) -> String {
+pub(crate) fn page(
+    current: Page,
+    title: &str,
+    now_ms: u64,
+    refresh_s: Option<u32>,
+    body: &str,
+) -> String {
     let mut nav = String::new();
     for (p, href, label) in NAV {
         let aria = if p == current {
@@ -164,7 +170,7 @@ fn ready(r: &Result<(), String>) -> String {
 }
 
 /// What the index shows of a mode.
-pub struct ModeInfo<'a> {
+pub(crate) struct ModeInfo<'a> {
     /// The store or workerId mode.
     pub kind: &'a str,
     /// Ready, or why not.
@@ -172,7 +178,7 @@ pub struct ModeInfo<'a> {
 }
 
 /// What the index shows of the node.
-pub struct NodeInfo<'a> {
+pub(crate) struct NodeInfo<'a> {
     /// Leaf's `name`.
     pub name: &'a str,
     /// The server's version.
@@ -190,7 +196,7 @@ pub struct NodeInfo<'a> {
 }
 
 /// `/`: the node, its modes and their readiness, and the way to every page.
-pub fn index_page(node: &NodeInfo<'_>, now_ms: u64, refresh_s: Option<u32>) -> String {
+pub(crate) fn index_page(node: &NodeInfo<'_>, now_ms: u64, refresh_s: Option<u32>) -> String {
     let mut b = String::from("<dl>");
     let _ = write!(
         b,
@@ -270,7 +276,7 @@ fn rate(per_sec: f64) -> String {
 /// current one marked), what is left, the consumption and the loads. `stored` is the store's
 /// rows (a stored tag this node has not loaded yet is listed as such), or why they could not be
 /// read.
-pub fn cache_page(
+pub(crate) fn cache_page(
     snapshots: &[TagSnapshot],
     stored: Result<&[TagRecord], &str>,
     now_ms: u64,
@@ -361,7 +367,7 @@ pub fn cache_page(
 }
 
 /// `/db`: the stored rows.
-pub fn db_page(rows: &[TagRecord], now_ms: u64, refresh_s: Option<u32>) -> String {
+pub(crate) fn db_page(rows: &[TagRecord], now_ms: u64, refresh_s: Option<u32>) -> String {
     let mut b = String::new();
     if rows.is_empty() {
         b.push_str("<p class=\"muted\">No rows.</p>\n");
@@ -394,7 +400,7 @@ pub fn db_page(rows: &[TagRecord], now_ms: u64, refresh_s: Option<u32>) -> Strin
 }
 
 /// What `/snowflake` shows.
-pub enum SnowflakeView<'a> {
+pub(crate) enum SnowflakeView<'a> {
     /// Snowflake mode is off.
     Disabled,
     /// Not started (yet, or refused): why.
@@ -432,7 +438,11 @@ fn state_text(state: &SnowflakeState) -> String {
 
 /// `/snowflake`: the workerId mode, the worker id and its lease, the time mark, the clock and
 /// the layout.
-pub fn snowflake_page(view: &SnowflakeView<'_>, now_ms: u64, refresh_s: Option<u32>) -> String {
+pub(crate) fn snowflake_page(
+    view: &SnowflakeView<'_>,
+    now_ms: u64,
+    refresh_s: Option<u32>,
+) -> String {
     let (st, layout) = match view {
         SnowflakeView::Disabled => {
             let b = "<p class=\"muted\">Snowflake mode is disabled (<code>snowflake.enabled = \

@@ -1,5 +1,5 @@
 //! `AppState`: what every handler shares — the two modes (each possibly disabled or still
-//! starting), the snowflake layout for decoding, the admin token and the metrics.
+//! starting), the snowflake layout for decoding, the admin and client tokens and the metrics.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +24,7 @@ pub struct AppState {
 struct Shared {
     node: Node,
     admin_token: String,
+    client_token: String,
     max_batch: usize,
     max_body_bytes: usize,
     body_timeout: Duration,
@@ -56,6 +57,7 @@ impl AppState {
                     snowflake_mode: config.snowflake.mode.clone(),
                 },
                 admin_token: config.server.admin_token.clone(),
+                client_token: config.server.client_token.clone(),
                 max_batch: config.server.max_batch,
                 max_body_bytes: config.server.max_body_bytes,
                 body_timeout: Duration::from_secs(config.server.idle_timeout_s),
@@ -75,6 +77,11 @@ impl AppState {
     /// The configured admin token; empty when none.
     pub fn admin_token(&self) -> &str {
         &self.inner.admin_token
+    }
+
+    /// The configured client token (the ID and allocate routes); empty when none.
+    pub fn client_token(&self) -> &str {
+        &self.inner.client_token
     }
 
     /// The largest batch.
@@ -180,7 +187,7 @@ impl SegmentService {
     }
 
     /// A service whose allocator is not initialised yet, because of `err`; clients learn only
-    /// its [`public_reason`].
+    /// its `public_reason`.
     pub fn starting(allocator: SegmentAllocator, err: &Error) -> Self {
         Self::with_reason(allocator, public_reason(Origin::Segment, err))
     }
@@ -203,7 +210,7 @@ impl SegmentService {
         self.ready.store(true, Ordering::Release);
     }
 
-    /// Records why the allocator is not ready yet (as its [`public_reason`]).
+    /// Records why the allocator is not ready yet (as its `public_reason`).
     pub fn set_not_ready_reason(&self, err: &Error) {
         *self.reason.lock().unwrap_or_else(|p| p.into_inner()) =
             public_reason(Origin::Segment, err);
@@ -255,7 +262,7 @@ impl SnowflakeService {
     }
 
     /// A service whose generator could not be started yet, because of `err`; clients learn
-    /// only its [`public_reason`].
+    /// only its `public_reason`.
     pub fn pending(err: &Error) -> Self {
         let s = Self::default();
         s.set_pending_reason(err);
@@ -275,7 +282,7 @@ impl SnowflakeService {
         let _ = self.generator.set(generator);
     }
 
-    /// Records why the generator is not started (as its [`public_reason`]).
+    /// Records why the generator is not started (as its `public_reason`).
     pub fn set_pending_reason(&self, err: &Error) {
         *self.pending.lock().unwrap_or_else(|p| p.into_inner()) =
             public_reason(Origin::Snowflake, err);
@@ -359,7 +366,7 @@ fn state_reason(state: &SnowflakeState) -> (String, u64) {
 
 /// Feeds the allocator's load reports into the metrics.
 #[derive(Debug)]
-pub struct LoadMetrics(pub Arc<Metrics>);
+pub(crate) struct LoadMetrics(pub Arc<Metrics>);
 
 impl LoadObserver for LoadMetrics {
     fn on_load(&self, _tag: &Tag, _ok: bool, took: Duration) {

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use leaf_core::Tag;
 
 /// The file holding the tags, one per line (tags hold no control characters).
-pub fn path(cache_dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn path(cache_dir: &Path, name: &str) -> PathBuf {
     cache_dir.join(format!("{name}.segment-tags"))
 }
 
 /// The tags of the file; none if it is missing. Lines that are not valid tags are skipped with a
 /// warning: the list is only a hint.
-pub fn read(path: &Path) -> Vec<Tag> {
+pub(crate) fn read(path: &Path) -> Vec<Tag> {
     let text = match fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Vec::new(),
@@ -37,7 +37,7 @@ pub fn read(path: &Path) -> Vec<Tag> {
 }
 
 /// Replaces the file with `tags`: written to a temporary file, synced, renamed.
-pub fn write(path: &Path, tags: &[Tag]) -> io::Result<()> {
+pub(crate) fn write(path: &Path, tags: &[Tag]) -> io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir)?;
     }

@@ -13,7 +13,7 @@ use tokio::time::Sleep;
 
 /// An I/O stream whose write side times out when it stalls. Reads pass through unchanged.
 #[derive(Debug)]
-pub struct WriteTimeout<T> {
+pub(crate) struct WriteTimeout<T> {
     inner: T,
     timeout: Duration,
     /// Armed when a write or flush returns `Pending`; disarmed by any progress.
@@ -22,7 +22,7 @@ pub struct WriteTimeout<T> {
 
 impl<T> WriteTimeout<T> {
     /// `inner` whose writes may stall for at most `timeout`.
-    pub fn new(inner: T, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: T, timeout: Duration) -> Self {
         WriteTimeout {
             inner,
             timeout,

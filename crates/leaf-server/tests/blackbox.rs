@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Reply, Server, command, free_port, http, wait_exit};
+use common::{Reply, Server, command, free_port, http, now_ms, wait_exit};
 use leaf_core::{Clock, ManualClock, SystemClock};
 use leaf_server::peer_clock::{self, PeerClock};
 
@@ -505,4 +505,93 @@ async fn a_node_on_the_peers_clock_passes_and_one_a_minute_ahead_is_refused() {
     drop(server);
     let r = peer_clock::check(&peers, &ahead, 5000, get).await;
     assert_eq!(r, PeerClock::NoPeers { asked: 1 });
+}
+
+/// `leaf-server probe` as a container's health check runs it: found by the configuration's
+/// `server.listen` (the same `LEAF_` variables as the server), or by `--url`.
+fn probe(dir: &Path, port: u16, args: &[&str]) -> (bool, String) {
+    let out = command(dir, port, &[] as &[(&str, &str)])
+        .arg("probe")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_probe_subcommand_answers_for_a_running_server_and_fails_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (ok, text) = probe(dir.path(), port, &[]);
+    assert!(!ok, "no server yet: {text}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+
+    // Snowflake waits on a mark far ahead: alive, not ready.
+    std::fs::create_dir_all(dir.path().join("leaf-data")).unwrap();
+    std::fs::write(
+        dir.path().join("leaf-data/worker-leaf.properties"),
+        format!("workerID=0\nmarkMs={}\n", now_ms() + 3_600_000),
+    )
+    .unwrap();
+    let mut server = Server::spawn(dir.path(), port, 0, &[] as &[(&str, &str)]);
+    server.wait_for("/healthz", Duration::from_secs(20));
+    let (ok, text) = probe(dir.path(), port, &[]);
+    assert!(ok, "{text}");
+    assert!(text.contains("/healthz") && text.contains("200"), "{text}");
+    let (ok, text) = probe(dir.path(), port, &["--ready"]);
+    assert!(!ok, "snowflake is not ready: {text}");
+    assert!(text.contains("503"), "{text}");
+    let url = format!("http://127.0.0.1:{port}");
+    let (ok, text) = probe(dir.path(), free_port(), &["--url", &url]);
+    assert!(ok, "--url wins over server.listen: {text}");
+    let (ok, text) = probe(dir.path(), port, &["--url", "localhost:1"]);
+    assert!(!ok && text.contains("not an http:// URL"), "{text}");
+    drop(server);
+}
+
+#[test]
+fn a_statefulset_ordinal_gives_the_worker_id_and_a_host_without_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::spawn(
+        dir.path(),
+        free_port(),
+        0,
+        &[
+            ("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_FROM", "hostname_ordinal"),
+            ("LEAF_SNOWFLAKE__LOCAL__HOSTNAME", "leaf-2"),
+            ("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_OFFSET", "5"),
+        ],
+    );
+    server.wait_for("/readyz", Duration::from_secs(20));
+    let id: i64 = server
+        .get("/api/snowflake/get/x")
+        .body
+        .trim()
+        .parse()
+        .unwrap();
+    let decoded = server.get(&format!("/v1/snowflake/{id}/decode")).json();
+    assert_eq!(decoded["worker_id"], 7, "{decoded}");
+    drop(server);
+
+    let other = tempfile::tempdir().unwrap();
+    let err = run_expecting_failure(
+        other.path(),
+        &[
+            ("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_FROM", "hostname_ordinal"),
+            ("LEAF_SNOWFLAKE__LOCAL__HOSTNAME", "leaf"),
+            ("LEAF_SEGMENT__ENABLED", "false"),
+        ],
+        &[],
+    );
+    assert!(
+        err.contains("snowflake.local.worker_id_from") && err.contains("\"leaf\""),
+        "{err}"
+    );
 }

@@ -79,7 +79,8 @@ async fn etcd_stopped_while_serving_segments_serve_and_snowflake_fences_then_res
     let dir = tempfile::tempdir().unwrap();
     let mut s = spawn(dir.path(), 1, &ns, &leaf_name(), &[]);
     s.wait_for("/readyz", Duration::from_secs(60));
-    nodes::backend_stopped_while_serving(&s, &etcd, TAG, Duration::from_millis(4000)).await;
+    let fenced = nodes::WhileDown::FencesWithin(Duration::from_millis(4000));
+    nodes::backend_stopped_while_serving(&s, &etcd, TAG, fenced).await;
     let (status, log) = s.sigterm();
     assert!(status.success(), "{log}");
     etcd.remove().await.unwrap();

@@ -9,15 +9,12 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::StatusCode;
 use leaf_core::SnowflakeLayout;
 use leaf_registry_mysql::LEAF_ALLOC_DDL;
 use leaf_server::app;
@@ -25,8 +22,8 @@ use leaf_server::config::Config;
 use leaf_testkit::provision::{self, MysqlDatabase};
 use sqlx::mysql::MySqlPool;
 use sqlx::{AssertSqlSafe, Executor, Row};
-use tower::ServiceExt;
 
+use common::router::{call, ok};
 use common::{Server, command, free_port, http};
 
 // ---- The database --------------------------------------------------------------------------
@@ -156,29 +153,6 @@ async fn allocation_log(root: &MySqlPool) -> Vec<Allocated> {
 }
 
 // ---- a) The router on MySQL ----------------------------------------------------------------
-
-async fn call(app: &axum::Router, method: &str, uri: &str, body: &str) -> (StatusCode, String) {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    // The admin pages serve loopback peers.
-    req.extensions_mut().insert(ConnectInfo(
-        "127.0.0.1:40000".parse::<SocketAddr>().unwrap(),
-    ));
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
-}
-
-async fn ok(app: &axum::Router, uri: &str) -> String {
-    let (status, body) = call(app, "GET", uri, "").await;
-    assert_eq!(status, StatusCode::OK, "GET {uri}: {body}");
-    body
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn router_serves_both_modes_from_mysql_and_db_lists_the_table() {

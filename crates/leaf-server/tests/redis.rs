@@ -73,7 +73,8 @@ async fn redis_stopped_while_serving_segments_serve_and_snowflake_fences_then_re
     let dir = tempfile::tempdir().unwrap();
     let mut s = spawn(dir.path(), 1, &ns.url, &ns.prefix, &[]);
     s.wait_for("/readyz", Duration::from_secs(60));
-    nodes::backend_stopped_while_serving(&s, &redis, TAG, Duration::from_millis(4000)).await;
+    let fenced = nodes::WhileDown::FencesWithin(Duration::from_millis(4000));
+    nodes::backend_stopped_while_serving(&s, &redis, TAG, fenced).await;
     let (status, log) = s.sigterm();
     assert!(status.success(), "{log}");
     redis.remove().await.unwrap();

@@ -1,14 +1,46 @@
 //! The allocation benchmark every segment store runs against its real server (feature `bench`):
 //! one `allocate` per iteration, with the stored step and with a dynamic one, criterion's
 //! estimates and the p50/p99/p99.9/max of every timed call. A store's `benches/allocate.rs`
-//! provisions its server and hands the store over.
+//! provisions its server and hands the store over. Also the way the allocator benchmarks
+//! (`leaf-segment`'s, `leaf-client`'s) take one ID per iteration, [`poll_once_then_block`].
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use leaf_core::{NewTag, SegmentStore, Tag};
+
+/// Polls `fut` (a `next_id`) once, as a runtime would on its first poll; a request that has to
+/// wait (a segment switch) is driven to the end on `rt`. The ID comes back as a plain `i64` (-1
+/// for an error), as a caller would consume the result. A benchmark polls the future directly:
+/// criterion's async runner alone costs several times a bare atomic increment.
+#[inline(always)]
+pub fn poll_once_then_block<F: Future<Output = leaf_core::Result<i64>> + Unpin>(
+    rt: &tokio::runtime::Runtime,
+    cx: &mut Context<'_>,
+    mut fut: F,
+) -> i64 {
+    match Pin::new(&mut fut).poll(cx) {
+        Poll::Ready(Ok(id)) => id,
+        Poll::Ready(Err(e)) => failed(e),
+        Poll::Pending => finish(rt, fut),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn finish<F: Future<Output = leaf_core::Result<i64>>>(rt: &tokio::runtime::Runtime, fut: F) -> i64 {
+    rt.block_on(fut).unwrap_or_else(failed)
+}
+
+#[cold]
+#[inline(never)]
+fn failed(_: leaf_core::Error) -> i64 {
+    -1
+}
 
 /// Runs the `allocate` and `allocate_dynamic_step` benchmarks in the criterion group `group`
 /// on the store that `open` makes (on a two-worker runtime), on a tag `bench` it creates. `open`

@@ -50,14 +50,51 @@ pub trait RegistryFixture: Send + Sync {
     fn identity(&self, i: u16) -> NodeIdentity;
 }
 
-/// Remembers each node's cache directory, for [`RegistryFixture::restarted`]: a fixture
-/// records the directory when it makes a node and takes it back when the node restarts.
+/// The nodes' cache directories of a registry fixture: temporary directories that live as
+/// long as the fixture, each remembered with its node for [`RegistryFixture::restarted`].
+/// [`node`](Self::node) and [`restart`](Self::restart) are a fixture's two methods, given how
+/// the fixture makes a registry on a directory.
 #[derive(Debug, Default)]
 pub struct NodeDirs {
     nodes: Mutex<Vec<(Weak<dyn WorkerIdRegistry>, PathBuf)>>,
+    temp: Mutex<Vec<tempfile::TempDir>>,
 }
 
 impl NodeDirs {
+    /// A new temporary directory, removed with this value.
+    pub fn new_dir(&self) -> PathBuf {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().to_path_buf();
+        self.temp
+            .lock()
+            .expect("temporary directories lock")
+            .push(dir);
+        path
+    }
+
+    /// A new node: `make` on a new directory, remembered for its restart.
+    pub fn node(
+        &self,
+        make: impl FnOnce(PathBuf) -> Arc<dyn WorkerIdRegistry>,
+    ) -> Arc<dyn WorkerIdRegistry> {
+        let dir = self.new_dir();
+        let node = make(dir.clone());
+        self.remember(&node, dir);
+        node
+    }
+
+    /// `previous` restarted: dropped, then `make` on its directory (see [`take`](Self::take)).
+    pub fn restart(
+        &self,
+        previous: Arc<dyn WorkerIdRegistry>,
+        make: impl FnOnce(PathBuf) -> Arc<dyn WorkerIdRegistry>,
+    ) -> Arc<dyn WorkerIdRegistry> {
+        let dir = self.take(previous);
+        let node = make(dir.clone());
+        self.remember(&node, dir);
+        node
+    }
+
     /// Records that `node` keeps its cache in `dir`.
     pub fn remember(&self, node: &Arc<dyn WorkerIdRegistry>, dir: PathBuf) {
         self.nodes

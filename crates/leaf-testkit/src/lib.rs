@@ -3,6 +3,8 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "provision")]
+pub mod faults;
 pub mod fixture;
 mod macros;
 pub mod memory;

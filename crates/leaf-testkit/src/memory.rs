@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use leaf_core::store::clamp_step;
+use leaf_core::clamp_step;
 use leaf_core::{
     Allocation, Error, NewTag, Result, SegmentStore, StoreCapabilities, Tag, TagRecord, TagUpdate,
 };
@@ -116,7 +116,7 @@ impl SegmentStore for MemoryStore {
         let _ = paused.wait_for(|p| !*p).await;
         self.check()?;
         if let Some(s) = step {
-            leaf_core::store::validate_step(s)?;
+            leaf_core::validate_step(s)?;
         }
         let mut rows = self.rows.lock().unwrap();
         let row = rows

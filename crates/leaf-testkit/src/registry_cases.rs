@@ -1,6 +1,6 @@
 //! The worker-id registry conformance cases. Each takes a [`RegistryFixture`] and panics, with
 //! a message saying what broke, if the registry does not keep the lease contract of
-//! `leaf_core::registry`.
+//! `leaf_core::WorkerIdRegistry`.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

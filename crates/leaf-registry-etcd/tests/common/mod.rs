@@ -5,7 +5,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -54,7 +54,6 @@ pub struct EtcdFix {
     pub config: EtcdConfig,
     ns: Option<EtcdNamespace>,
     dirs: NodeDirs,
-    temp: Mutex<Vec<tempfile::TempDir>>,
     store: tokio::sync::OnceCell<Arc<EtcdStore>>,
 }
 
@@ -72,16 +71,12 @@ impl EtcdFix {
             config: config(endpoints, prefix),
             ns: None,
             dirs: NodeDirs::default(),
-            temp: Mutex::default(),
             store: tokio::sync::OnceCell::new(),
         }
     }
 
     pub fn new_dir(&self) -> PathBuf {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let path = dir.path().to_path_buf();
-        self.temp.lock().unwrap().push(dir);
-        path
+        self.dirs.new_dir()
     }
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<EtcdRegistry> {
@@ -109,17 +104,11 @@ impl EtcdFix {
 #[async_trait]
 impl RegistryFixture for EtcdFix {
     async fn node(&self) -> Arc<dyn WorkerIdRegistry> {
-        let dir = self.new_dir();
-        let node: Arc<dyn WorkerIdRegistry> = self.registry_in(dir.clone());
-        self.dirs.remember(&node, dir);
-        node
+        self.dirs.node(|dir| self.registry_in(dir))
     }
 
     async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry> {
-        let dir = self.dirs.take(previous);
-        let node: Arc<dyn WorkerIdRegistry> = self.registry_in(dir.clone());
-        self.dirs.remember(&node, dir);
-        node
+        self.dirs.restart(previous, |dir| self.registry_in(dir))
     }
 
     async fn let_expire(&self, ttl: Duration) {

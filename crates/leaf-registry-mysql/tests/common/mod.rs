@@ -4,7 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
@@ -63,7 +63,6 @@ impl StoreFixture for StoreFix {
 pub struct RegistryFix {
     pub db: MysqlDatabase,
     dirs: NodeDirs,
-    temp: Mutex<Vec<tempfile::TempDir>>,
 }
 
 impl RegistryFix {
@@ -71,11 +70,10 @@ impl RegistryFix {
         RegistryFix {
             db: database().await,
             dirs: NodeDirs::default(),
-            temp: Mutex::default(),
         }
     }
 
-    pub async fn registry_in(&self, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
+    pub fn registry_in(&self, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
         Arc::new(
             MysqlBackend::connect(&config(&self.db), "leaf")
                 .expect("registry")
@@ -84,27 +82,18 @@ impl RegistryFix {
     }
 
     pub fn new_dir(&self) -> PathBuf {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let path = dir.path().to_path_buf();
-        self.temp.lock().unwrap().push(dir);
-        path
+        self.dirs.new_dir()
     }
 }
 
 #[async_trait]
 impl RegistryFixture for RegistryFix {
     async fn node(&self) -> Arc<dyn WorkerIdRegistry> {
-        let dir = self.new_dir();
-        let node = self.registry_in(dir.clone()).await;
-        self.dirs.remember(&node, dir);
-        node
+        self.dirs.node(|dir| self.registry_in(dir))
     }
 
     async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry> {
-        let dir = self.dirs.take(previous);
-        let node = self.registry_in(dir.clone()).await;
-        self.dirs.remember(&node, dir);
-        node
+        self.dirs.restart(previous, |dir| self.registry_in(dir))
     }
 
     fn identity(&self, i: u16) -> NodeIdentity {

@@ -5,7 +5,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -91,7 +91,6 @@ impl StoreFixture for StoreFix {
 pub struct RegFix {
     pub config: RedisConfig,
     dirs: NodeDirs,
-    temp: Mutex<Vec<tempfile::TempDir>>,
     _ns: RedisNamespace,
 }
 
@@ -104,16 +103,12 @@ impl RegFix {
         RegFix {
             config: config_of(&ns),
             dirs: NodeDirs::default(),
-            temp: Mutex::default(),
             _ns: ns,
         }
     }
 
     pub fn new_dir(&self) -> PathBuf {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let path = dir.path().to_path_buf();
-        self.temp.lock().unwrap().push(dir);
-        path
+        self.dirs.new_dir()
     }
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<RedisRegistry> {
@@ -133,17 +128,11 @@ impl RegFix {
 #[async_trait]
 impl RegistryFixture for RegFix {
     async fn node(&self) -> Arc<dyn WorkerIdRegistry> {
-        let dir = self.new_dir();
-        let node: Arc<dyn WorkerIdRegistry> = self.registry_in(dir.clone());
-        self.dirs.remember(&node, dir);
-        node
+        self.dirs.node(|dir| self.registry_in(dir))
     }
 
     async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry> {
-        let dir = self.dirs.take(previous);
-        let node: Arc<dyn WorkerIdRegistry> = self.registry_in(dir.clone());
-        self.dirs.remember(&node, dir);
-        node
+        self.dirs.restart(previous, |dir| self.registry_in(dir))
     }
 
     fn identity(&self, i: u16) -> NodeIdentity {

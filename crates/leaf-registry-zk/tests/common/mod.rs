@@ -5,7 +5,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -59,7 +59,6 @@ pub struct ZkFix {
     pub config: ZkConfig,
     pub mode: ZkMode,
     dirs: NodeDirs,
-    temp: Mutex<Vec<tempfile::TempDir>>,
 }
 
 impl ZkFix {
@@ -85,7 +84,6 @@ impl ZkFix {
             config,
             mode,
             dirs: NodeDirs::default(),
-            temp: Mutex::default(),
         }
     }
 
@@ -95,10 +93,7 @@ impl ZkFix {
     }
 
     pub fn new_dir(&self) -> PathBuf {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let path = dir.path().to_path_buf();
-        self.temp.lock().unwrap().push(dir);
-        path
+        self.dirs.new_dir()
     }
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<ZkRegistry> {
@@ -118,17 +113,11 @@ impl ZkFix {
 #[async_trait]
 impl RegistryFixture for ZkFix {
     async fn node(&self) -> Arc<dyn WorkerIdRegistry> {
-        let dir = self.new_dir();
-        let node: Arc<dyn WorkerIdRegistry> = self.registry_in(dir.clone());
-        self.dirs.remember(&node, dir);
-        node
+        self.dirs.node(|dir| self.registry_in(dir))
     }
 
     async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry> {
-        let dir = self.dirs.take(previous);
-        let node: Arc<dyn WorkerIdRegistry> = self.registry_in(dir.clone());
-        self.dirs.remember(&node, dir);
-        node
+        self.dirs.restart(previous, |dir| self.registry_in(dir))
     }
 
     async fn let_expire(&self, ttl: Duration) {

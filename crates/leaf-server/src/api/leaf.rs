@@ -3,15 +3,17 @@
 
 use axum::Json;
 use axum::extract::State;
-use leaf_core::layout::utc_parts;
+use leaf_core::utc_parts;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Params, RestPath, parse_id, parse_tag};
+use crate::admin::ClientAccess;
 use crate::error::{ApiError, Origin};
 use crate::state::AppState;
 
 pub(super) async fn leaf_segment(
+    _: ClientAccess,
     State(state): State<AppState>,
     RestPath(key): RestPath,
 ) -> Result<String, ApiError> {
@@ -25,12 +27,18 @@ pub(super) async fn leaf_segment(
     Ok(id.to_string())
 }
 
-pub(super) async fn leaf_segment_empty(State(state): State<AppState>) -> Result<String, ApiError> {
+pub(super) async fn leaf_segment_empty(
+    _: ClientAccess,
+    State(state): State<AppState>,
+) -> Result<String, ApiError> {
     state.segment()?;
     Err(ApiError::bad_request("tag is empty"))
 }
 
-pub(super) async fn leaf_snowflake(State(state): State<AppState>) -> Result<String, ApiError> {
+pub(super) async fn leaf_snowflake(
+    _: ClientAccess,
+    State(state): State<AppState>,
+) -> Result<String, ApiError> {
     // The key is accepted and ignored, as in Leaf.
     let generator = state.snowflake()?;
     let id = generator

@@ -2,6 +2,7 @@
 //! readiness and metrics. [`app`] builds the router; it needs no socket, so tests drive it with
 //! `tower::ServiceExt::oneshot`.
 
+mod client;
 mod console;
 mod health;
 mod leaf;
@@ -20,7 +21,7 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, patch};
+use axum::routing::get;
 use leaf_core::Tag;
 use serde::de::DeserializeOwned;
 
@@ -58,14 +59,20 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/decodeSnowflakeId", get(leaf::leaf_decode))
         // Version 1.
-        .route("/v1/segment/{*tag}", get(v1::v1_segment))
+        .route(
+            "/v1/segment/{*tag}",
+            get(v1::v1_segment).post(client::allocate),
+        )
         .route("/v1/segment/", get(v1::v1_segment_empty))
         .route("/v1/segment", get(v1::v1_segment_empty))
         .route("/v1/snowflake", get(v1::v1_snowflake))
         .route("/v1/snowflake/{id}/decode", get(v1::v1_decode))
         .route("/v1/time", get(crate::peer_clock::time_route))
         .route("/v1/tags", get(tags::list_tags).post(tags::create_tag))
-        .route("/v1/tags/{*tag}", patch(tags::update_tag))
+        .route(
+            "/v1/tags/{*tag}",
+            get(client::get_tag).patch(tags::update_tag),
+        )
         // The console.
         .route("/", get(console::index))
         .route("/cache", get(console::cache))
@@ -159,38 +166,69 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         // Only JSON: a browser sends `text/plain` (and form types) cross-site without asking
         // first, so accepting them would let any page write here.
-        let content_type = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        if !content_type.is_some_and(is_json) {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!(
-                    "the body must be JSON, sent with Content-Type: application/json (got {})",
-                    content_type.map_or_else(|| "none".to_owned(), |t| format!("{t:?}"))
-                ),
-            ));
-        }
-        // A body trickled in slowly would hold the connection forever; the head has its own
-        // timeout in the connection, the body gets the same bound here.
-        let limit = state.body_timeout();
-        let bytes = tokio::time::timeout(limit, Bytes::from_request(req, state))
-            .await
-            .map_err(|_| {
-                ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!(
-                        "the request body did not arrive within {} s",
-                        limit.as_secs()
-                    ),
-                )
-            })?
-            .map_err(|e: BytesRejection| ApiError::new(e.status(), e.body_text()))?;
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+        json_content_type(&req)?;
+        parse_json(&read_body(req, state).await?).map(JsonBody)
     }
+}
+
+/// [`JsonBody`] where the body may be left out: an empty body is `None`, with any or no
+/// `Content-Type`.
+pub(super) struct OptionalJsonBody<T>(pub(super) Option<T>);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let content_type = json_content_type(&req);
+        let bytes = read_body(req, state).await?;
+        if bytes.is_empty() {
+            return Ok(OptionalJsonBody(None));
+        }
+        content_type?;
+        parse_json(&bytes).map(|v| OptionalJsonBody(Some(v)))
+    }
+}
+
+/// `Ok` if the request says its body is `application/json`, else the 415.
+fn json_content_type(req: &Request) -> Result<(), ApiError> {
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if content_type.is_some_and(is_json) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!(
+            "the body must be JSON, sent with Content-Type: application/json (got {})",
+            content_type.map_or_else(|| "none".to_owned(), |t| format!("{t:?}"))
+        ),
+    ))
+}
+
+/// The body, within the body limit and the body timeout.
+async fn read_body(req: Request, state: &AppState) -> Result<Bytes, ApiError> {
+    // A body trickled in slowly would hold the connection forever; the head has its own
+    // timeout in the connection, the body gets the same bound here.
+    let limit = state.body_timeout();
+    tokio::time::timeout(limit, Bytes::from_request(req, state))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s",
+                    limit.as_secs()
+                ),
+            )
+        })?
+        .map_err(|e: BytesRejection| ApiError::new(e.status(), e.body_text()))
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
 /// Whether a `Content-Type` is `application/json`, parameters (`charset`) allowed.

@@ -1,4 +1,4 @@
-//! The admin routes of the tag table (`/v1/tags*`).
+//! The admin routes of the tag table (`/v1/tags`, `PATCH /v1/tags/{tag}`).
 
 use axum::Json;
 use axum::extract::State;
@@ -26,7 +26,7 @@ pub(super) struct TagJson {
 }
 
 impl TagJson {
-    fn new(r: TagRecord, cache: Option<Value>) -> Self {
+    pub(super) fn new(r: TagRecord, cache: Option<Value>) -> Self {
         TagJson {
             tag: r.tag.as_str().to_string(),
             max_id: r.max_id,
@@ -142,7 +142,12 @@ pub(super) async fn update_tag(
         .store()
         .update(&tag, &update)
         .await
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+        .map_err(|e| match e {
+            // An unknown tag answers as on every route that names one: Leaf's -2, which a
+            // client tells apart from a route this server lacks.
+            leaf_core::Error::NotFound(_) => ApiError::from_core(Origin::Segment, e),
+            e => ApiError::from_core(Origin::Other, e),
+        })?;
     // An operator who lowered `max_id` by hand touches the row to end a remembered exhaustion.
     allocator.forget_miss(tag.as_str());
     tracing::info!(tag = %tag, step = record.step, "tag updated");

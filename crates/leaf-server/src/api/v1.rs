@@ -3,11 +3,12 @@
 
 use axum::Json;
 use axum::extract::State;
-use leaf_core::layout::format_utc_ms;
+use leaf_core::format_utc_ms;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Params, RestPath, parse_id, parse_tag};
+use crate::admin::ClientAccess;
 use crate::error::{ApiError, Origin};
 use crate::state::AppState;
 
@@ -58,6 +59,7 @@ fn ids_json(ids: &[i64], as_string: bool) -> Value {
 }
 
 pub(super) async fn v1_segment(
+    _: ClientAccess,
     State(state): State<AppState>,
     RestPath(raw): RestPath,
     Params(p): Params<BatchParams>,
@@ -76,6 +78,7 @@ pub(super) async fn v1_segment(
 }
 
 pub(super) async fn v1_segment_empty(
+    _: ClientAccess,
     State(state): State<AppState>,
 ) -> Result<Json<Value>, ApiError> {
     state.segment()?;
@@ -83,6 +86,7 @@ pub(super) async fn v1_segment_empty(
 }
 
 pub(super) async fn v1_snowflake(
+    _: ClientAccess,
     State(state): State<AppState>,
     Params(p): Params<BatchParams>,
 ) -> Result<Json<Value>, ApiError> {

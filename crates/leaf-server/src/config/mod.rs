@@ -41,24 +41,34 @@ pub(crate) fn name_keys(err: Error, fields: &[(&str, &str)]) -> Error {
     let Error::Config(message) = err else {
         return err;
     };
+    Error::Config(map_words(&message, |_, word| {
+        let (_, key) = fields.iter().find(|(field, _)| *field == word)?;
+        Some((*key).to_owned())
+    }))
+}
+
+/// `message` with each whole word (`[A-Za-z0-9_]+`) replaced by what `map` answers for it,
+/// given the text written so far and the word; `None` keeps the word.
+pub(crate) fn map_words(
+    message: &str,
+    mut map: impl FnMut(&str, &str) -> Option<String>,
+) -> String {
     let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut out = String::with_capacity(message.len() + 32);
-    let mut rest = message.as_str();
+    let mut rest = message;
     while let Some(start) = rest.find(is_word) {
-        out.push_str(&rest[..start]);
-        let tail = &rest[start..];
+        let (before, tail) = rest.split_at(start);
+        out.push_str(before);
         let end = tail.find(|c: char| !is_word(c)).unwrap_or(tail.len());
         let word = &tail[..end];
-        out.push_str(
-            fields
-                .iter()
-                .find(|(field, _)| *field == word)
-                .map_or(word, |(_, key)| key),
-        );
+        match map(&out, word) {
+            Some(replaced) => out.push_str(&replaced),
+            None => out.push_str(word),
+        }
         rest = &tail[end..];
     }
     out.push_str(rest);
-    Error::Config(out)
+    out
 }
 
 /// The prefix of configuration variables.
@@ -102,10 +112,16 @@ impl Default for Config {
 pub struct ServerConfig {
     /// The address to listen on. Default `0.0.0.0:8080`.
     pub listen: SocketAddr,
-    /// The bearer token of the admin routes (`/v1/tags*`, `/cache`, `/db`). Default empty: the
-    /// admin routes serve loopback peers only. Behind a reverse proxy on the same host every
-    /// client looks local, so such deployments must set a token.
+    /// The bearer token of the admin routes (`/v1/tags`, `PATCH /v1/tags/{tag}`, `/cache`,
+    /// `/db`). Default empty: the admin routes serve loopback peers only. Behind a reverse proxy
+    /// on the same host every client looks local, so such deployments must set a token.
     pub admin_token: String,
+    /// The bearer token of the ID routes (`/api/segment/get`, `/api/snowflake/get`,
+    /// `/v1/segment`, `/v1/snowflake`) and of the routes of clients that lease segments
+    /// (`POST /v1/segment/{tag}/allocate`, `GET /v1/tags/{tag}`). Default empty: those routes
+    /// are open to every client, as in Leaf. Leaf's own clients send no token: set it only
+    /// when every client does.
+    pub client_token: String,
     /// The largest `count` of one batch request. Default 10000.
     pub max_batch: usize,
     /// The largest request body, in bytes. Default 65536.
@@ -130,6 +146,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             admin_token: String::new(),
+            client_token: String::new(),
             max_batch: 10_000,
             max_body_bytes: 64 * 1024,
             max_header_bytes: 16 * 1024,
@@ -145,6 +162,7 @@ impl fmt::Debug for ServerConfig {
         f.debug_struct("ServerConfig")
             .field("listen", &self.listen)
             .field("admin_token", &redacted(&self.admin_token))
+            .field("client_token", &redacted(&self.client_token))
             .field("max_batch", &self.max_batch)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_header_bytes", &self.max_header_bytes)
@@ -328,6 +346,10 @@ mod tests {
         ("segment.mysql.connect_timeout_ms", Some((0, 3_600_000))),
         ("segment.mysql.timeout_ms", Some((0, 3_600_000))),
         ("segment.mysql.lock_wait_timeout_s", Some((1, 3_600))),
+        ("segment.postgres.max_connections", Some((1, 1_000))),
+        ("segment.postgres.connect_timeout_ms", Some((1, 3_600_000))),
+        ("segment.postgres.timeout_ms", Some((1, 3_600_000))),
+        ("segment.postgres.lock_timeout_ms", Some((1, 3_600_000))),
         ("segment.etcd.timeout_ms", Some((1, 3_600_000))),
         // A whole number of seconds (etcd's rule): the bounds are multiples of 1000.
         ("segment.etcd.lease_ttl_ms", Some((1_000, 86_400_000))),
@@ -353,6 +375,13 @@ mod tests {
         ("snowflake.mysql.connect_timeout_ms", Some((0, 3_600_000))),
         ("snowflake.mysql.timeout_ms", Some((0, 3_600_000))),
         ("snowflake.mysql.lock_wait_timeout_s", Some((1, 3_600))),
+        ("snowflake.postgres.max_connections", Some((1, 1_000))),
+        (
+            "snowflake.postgres.connect_timeout_ms",
+            Some((1, 3_600_000)),
+        ),
+        ("snowflake.postgres.timeout_ms", Some((1, 3_600_000))),
+        ("snowflake.postgres.lock_timeout_ms", Some((1, 3_600_000))),
         ("snowflake.etcd.timeout_ms", Some((1, 3_600_000))),
         ("snowflake.etcd.lease_ttl_ms", Some((1_000, 86_400_000))),
         ("snowflake.redis.lease_ttl_ms", Some((1, 86_400_000))),
@@ -367,8 +396,10 @@ mod tests {
         ("snowflake.sequence_bits", None),
         // `u16`; 0 means the listen port.
         ("snowflake.port", None),
-        // The layout's largest worker id, checked when the id is taken.
+        // The layout's largest worker id, checked when the id is taken (with the host name's
+        // ordinal for the offset).
         ("snowflake.local.worker_id", None),
+        ("snowflake.local.worker_id_offset", None),
     ];
 
     /// The keys of [`NUMERIC_BOUNDS`] this build knows (its backends compiled in).
@@ -427,7 +458,7 @@ mod tests {
         check("[server]\nmax_batch = \"x\"\n", "server.max_batch");
         check("[server]\nmax_batch = 0\n", "server.max_batch");
         check("[server]\nlisten = \"nowhere\"\n", "server.listen");
-        check("[segment]\nstore = \"postgres\"\n", "segment.store");
+        check("[segment]\nstore = \"oracle\"\n", "segment.store");
         check(
             "[segment]\npreload_threshold = 1.5\n",
             "segment.preload_threshold",
@@ -534,10 +565,53 @@ mod tests {
         assert_eq!(aliases[0].2.to_u128(), Some(250));
     }
 
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_backends_need_postgres_urls_and_the_message_hides_the_password() {
+        let e = load(
+            None,
+            env(&[
+                ("LEAF_SEGMENT__STORE", "postgres"),
+                ("LEAF_SEGMENT__URL", "mysql://u:hunter2@h/db"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("segment.url"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        let e = load(
+            None,
+            env(&[
+                ("LEAF_SEGMENT__STORE", "postgres"),
+                ("LEAF_SEGMENT__POSTGRES__SSL_MODE", "sometimes"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("segment.postgres.ssl_mode"), "{e}");
+        let loaded = load(None, env(&[("LEAF_SNOWFLAKE__MODE", "postgres")]));
+        assert!(
+            loaded.is_ok(),
+            "the default snowflake.postgres.url is a postgres url: {:?}",
+            loaded.err()
+        );
+        let e = load(
+            None,
+            env(&[
+                ("LEAF_SNOWFLAKE__MODE", "postgres"),
+                ("LEAF_SNOWFLAKE__POSTGRES__URL", "http://h"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("snowflake.postgres.url"), "{e}");
+    }
+
     #[test]
     fn debug_hides_secrets() {
         let mut c = Config::default();
         c.server.admin_token = "s3cret".into();
+        c.server.client_token = "t0ken".into();
         c.segment
             .stores
             .insert("url", "mysql://leaf:hunter2@db:3306/leaf");
@@ -545,7 +619,10 @@ mod tests {
             .backends
             .set("mysql", "url", "mysql://leaf:hunter2@db:3306/leaf");
         let d = format!("{c:?}");
-        assert!(!d.contains("s3cret") && !d.contains("hunter2"), "{d}");
+        assert!(
+            !d.contains("s3cret") && !d.contains("t0ken") && !d.contains("hunter2"),
+            "{d}"
+        );
         assert!(d.contains("mysql://leaf:<redacted>@db:3306/leaf"), "{d}");
     }
 }

@@ -10,6 +10,7 @@ use leaf_core::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::map_words;
 use super::redact::redact_url;
 
 /// The tables of a section that belong to its backends, by name (`mysql`, `zk`, ...).
@@ -86,29 +87,16 @@ pub fn in_section(err: Error, path: &str, fields: &[String]) -> Error {
     let Error::Config(message) = err else {
         return err;
     };
-    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let mut out = String::with_capacity(message.len() + 32);
-    let mut rest = message.as_str();
     let mut leading = None;
-    while let Some(start) = rest.find(is_word) {
-        let (before, tail) = rest.split_at(start);
-        out.push_str(before);
-        let end = tail.find(|c: char| !is_word(c)).unwrap_or(tail.len());
-        let word = &tail[..end];
+    let out = map_words(&message, |before, word| {
         // A field leads the message; later, only an identifier (`accept_weak_durability`) is
         // one, not a plain word such as "url" in prose or a part of a URL or a path.
         let first = leading.is_none() && before.is_empty();
         let in_name = before.ends_with("://") || before.ends_with('.') || before.ends_with('/');
         let field = fields.iter().any(|f| f == word) && (first || (word.contains('_') && !in_name));
         leading.get_or_insert(field && first);
-        if field {
-            out.push_str(path);
-            out.push('.');
-        }
-        out.push_str(word);
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
+        field.then(|| format!("{path}.{word}"))
+    });
     if leading == Some(true) {
         Error::Config(out)
     } else {

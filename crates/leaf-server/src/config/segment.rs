@@ -34,8 +34,8 @@ pub struct SegmentSection {
     pub miss_ttl_ms: u64,
     /// Failed loads are retried with a backoff growing up to this. Default 5000.
     pub retry_backoff_max_ms: u64,
-    /// The store: `sqlite`, `mysql`, `etcd` or `redis`, each behind its cargo feature; its
-    /// settings are the table `[segment.<store>]`. Default `sqlite`.
+    /// The store: `sqlite`, `mysql`, `postgres`, `etcd` or `redis`, each behind its cargo
+    /// feature; its settings are the table `[segment.<store>]`. Default `sqlite`.
     pub store: String,
     /// Tags created at start-up when missing (an existing row is never touched).
     /// Default `["leaf-segment-test"]`, Leaf's quick-start tag.

@@ -9,6 +9,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 pub(crate) mod nodes;
+pub(crate) mod router;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leaf-server");
 

@@ -1,7 +1,7 @@
 //! Scenarios and checks shared by the tests of the binary on shared backends (ZooKeeper, etcd,
-//! Redis): IDs collected and checked for repeats, signals, two servers sharing one store, the
-//! backend stopped while a node serves, and a node frozen past its lease while another takes
-//! its worker id.
+//! Redis, PostgreSQL): IDs collected and checked for repeats, signals, two servers sharing one
+//! store, the backend stopped while a node serves, and a node frozen past its lease while
+//! another takes its worker id.
 
 #![allow(
     dead_code,
@@ -132,14 +132,24 @@ pub(crate) fn a_frozen_node_whose_id_was_taken_issues_nothing_after_it_resumes(
     assert!(status.success(), "{log}");
 }
 
-/// The backend of a running node `s` (store and recycling workerId mode on one server) stopped
-/// while it serves: segment IDs of `tag` keep coming from the buffers, snowflake stops within
-/// the lease's `ttl` (503, code -4), and serves again once the backend is back. Nothing repeats.
+/// What snowflake mode does while its workerId mode's server is down.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WhileDown {
+    /// A recycling mode: it stops issuing (503, code -4) within the lease's TTL.
+    FencesWithin(Duration),
+    /// A mode that never recycles ids (`mysql`, `postgres`): it goes on issuing, its marks in
+    /// the cache file, for as long as the check runs.
+    KeepsServingFor(Duration),
+}
+
+/// The backend of a running node `s` (store and workerId mode on one server) stopped while it
+/// serves: segment IDs of `tag` keep coming from the buffers, snowflake does as `snowflake`
+/// says, and both serve again once the backend is back. Nothing repeats.
 pub(crate) async fn backend_stopped_while_serving(
     s: &Server,
     backend: &Dedicated,
     tag: &str,
-    ttl: Duration,
+    snowflake: WhileDown,
 ) {
     let mut snowflakes = HashSet::new();
     let mut segments = HashSet::new();
@@ -153,8 +163,12 @@ pub(crate) async fn backend_stopped_while_serving(
 
     backend.stop(Duration::from_secs(5)).await.unwrap();
     let stopped = Instant::now();
+    let watch = match snowflake {
+        WhileDown::FencesWithin(ttl) => ttl * 2,
+        WhileDown::KeepsServingFor(d) => d,
+    };
     let mut fenced_after = None;
-    while stopped.elapsed() < ttl * 2 {
+    while stopped.elapsed() < watch {
         let r = s.get(&format!("/api/segment/get/{tag}"));
         assert_eq!(r.status, 200, "segment serves from its buffers: {}", r.body);
         record(
@@ -166,6 +180,13 @@ pub(crate) async fn backend_stopped_while_serving(
             Some(ids) => record(&mut snowflakes, &ids, "while the backend was down"),
             None => {
                 let r = s.get("/v1/snowflake");
+                assert!(
+                    matches!(snowflake, WhileDown::FencesWithin(_)),
+                    "snowflake stopped while the backend was down, after {:?}: {} {}",
+                    stopped.elapsed(),
+                    r.status,
+                    r.body
+                );
                 assert_eq!(r.status, 503, "{}", r.body);
                 assert_eq!(r.json()["code"], -4, "{}", r.body);
                 fenced_after.get_or_insert(stopped.elapsed());
@@ -173,11 +194,13 @@ pub(crate) async fn backend_stopped_while_serving(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let fenced_after = fenced_after.expect("snowflake stopped while the backend was down");
-    assert!(
-        fenced_after <= ttl,
-        "fenced within the lease's TTL, after {fenced_after:?}"
-    );
+    if let WhileDown::FencesWithin(ttl) = snowflake {
+        let fenced_after = fenced_after.expect("snowflake stopped while the backend was down");
+        assert!(
+            fenced_after <= ttl,
+            "fenced within the lease's TTL, after {fenced_after:?}"
+        );
+    }
 
     backend.start().await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);

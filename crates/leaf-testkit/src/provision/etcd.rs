@@ -170,6 +170,8 @@ const CLUSTER_SIZE: usize = 3;
 pub struct EtcdCluster {
     members: Vec<Dedicated>,
     endpoints: Vec<String>,
+    network: String,
+    internal: Vec<String>,
 }
 
 impl fmt::Debug for EtcdCluster {
@@ -183,7 +185,7 @@ impl fmt::Debug for EtcdCluster {
 /// Starts a three-member cluster and waits until every member serves with a leader. Always
 /// containers, even with `LEAFTEST_ETCD_URL` set: a test that stops members must own them.
 pub async fn etcd_cluster() -> Result<EtcdCluster, ProvisionError> {
-    let members = launch_cluster(&ETCD, "etcd", CLUSTER_SIZE, |i, names, network| {
+    let cluster = launch_cluster(&ETCD, "etcd", CLUSTER_SIZE, |i, names, network| {
         let name = &names[i];
         vec![
             ("ETCD_NAME".into(), name.clone()),
@@ -201,8 +203,22 @@ pub async fn etcd_cluster() -> Result<EtcdCluster, ProvisionError> {
         ]
     })
     .await?;
-    let endpoints = members.iter().map(|m| m.endpoint().url.clone()).collect();
-    Ok(EtcdCluster { members, endpoints })
+    let endpoints = cluster
+        .members
+        .iter()
+        .map(|m| m.endpoint().url.clone())
+        .collect();
+    let internal = cluster
+        .names
+        .iter()
+        .map(|n| format!("http://{n}:{CLIENT_PORT}"))
+        .collect();
+    Ok(EtcdCluster {
+        members: cluster.members,
+        endpoints,
+        network: cluster.network,
+        internal,
+    })
 }
 
 /// `ETCD_INITIAL_CLUSTER` for members named `names` (each member's name is its host name).
@@ -218,6 +234,17 @@ impl EtcdCluster {
     /// The client URLs of all members (`http://127.0.0.1:P1`, ...).
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
+    }
+
+    /// The Docker network the members are on.
+    pub fn network(&self) -> &str {
+        &self.network
+    }
+
+    /// The client URLs of all members for a container on [`network`](Self::network)
+    /// (`http://{name}:2379`, ...).
+    pub fn internal_endpoints(&self) -> &[String] {
+        &self.internal
     }
 
     /// The members, in start order; each can be stopped and started like any [`Dedicated`]

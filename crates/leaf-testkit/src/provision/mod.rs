@@ -10,11 +10,14 @@
 //!   named by its image variable (`LEAFTEST_MYSQL_IMAGE`, `LEAFTEST_ZK_IMAGE`; default: the
 //!   official image), started on first use and reused by every test of the process (a
 //!   process-wide `tokio::sync::OnceCell`). Tests isolate themselves inside it: one database
-//!   per test ([`mysql_database`]), one ZooKeeper root per test ([`zk_namespace`]).
+//!   per test ([`mysql_database`], [`postgres_database`]), one ZooKeeper root per test
+//!   ([`zk_namespace`]).
 //! - [`dedicated`]: a container of one's own, on a fixed loopback port, that a fault test may
 //!   stop and start again.
 //! - [`zk_ensemble`]: three ZooKeeper containers on a Docker network of their own, each one
 //!   a [`Dedicated`] that can be stopped and started.
+//! - [`leaf_cluster`]: `leaf-server` containers ([`LEAF_SERVER`]) over a ZooKeeper ensemble
+//!   or an etcd cluster on one network, for the tests of the server as an orchestrator runs it.
 //! - [`REDIS`]: its containers take arguments (`appendonly yes`, `appendfsync always`), so its
 //!   shared server is [`redis_shared`] (one key prefix per test: [`redis_namespace`]) and its
 //!   own containers [`redis_dedicated`], which [`kill_server`] can also SIGKILL.
@@ -40,18 +43,24 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::sync::OnceCell;
 
 mod etcd;
+mod leaf_server;
 mod mysql;
+mod postgres;
 mod reap;
 mod redis;
+mod sql;
 mod zookeeper;
 
 pub use etcd::{ETCD, EtcdCluster, EtcdNamespace, etcd_cluster, etcd_namespace, etcd_namespace_on};
-pub use mysql::{MYSQL, MysqlDatabase, mysql_database, mysql_database_on, with_database};
+pub use leaf_server::{Coordination, LEAF_SERVER, LeafCluster, get as http_get, leaf_cluster};
+pub use mysql::{MYSQL, mysql_database, mysql_database_on};
+pub use postgres::{POSTGRES, postgres_database, postgres_database_on};
 use reap::{network_name, reap_once};
 pub use redis::{
     DURABLE_ARGS, REDIS, RedisNamespace, kill_server, redis_dedicated, redis_dedicated_with,
     redis_namespace, redis_namespace_on, redis_shared, redis_with_replica,
 };
+pub use sql::{MysqlDatabase, PostgresDatabase, SqlDatabase, with_database};
 pub use zookeeper::{
     ZOOKEEPER, ZkEnsemble, ZkNamespace, zk_ensemble, zk_namespace, zk_namespace_on,
 };
@@ -317,6 +326,69 @@ impl Dedicated {
         .await
     }
 
+    /// Kills the container's process with SIGKILL, as `docker kill` does (no shutdown), and
+    /// waits until it has stopped; [`start`](Self::start) brings it back on its filesystem and
+    /// volumes.
+    pub async fn kill(&self) -> Result<(), ProvisionError> {
+        let id = self.container()?.id().to_string();
+        on_runtime(async move {
+            let docker = docker().await?;
+            docker
+                .kill_container(
+                    &id,
+                    Some(
+                        testcontainers::bollard::query_parameters::KillContainerOptions {
+                            signal: "SIGKILL".into(),
+                        },
+                    ),
+                )
+                .await
+                .map_err(|e| ProvisionError(format!("cannot kill container {id}: {e}")))?;
+            // `docker kill` returns before the container has stopped; `start` needs it stopped.
+            for _ in 0..100 {
+                let info = docker
+                    .inspect_container(&id, None)
+                    .await
+                    .map_err(|e| ProvisionError(format!("cannot inspect container {id}: {e}")))?;
+                if !info.state.and_then(|s| s.running).unwrap_or(false) {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(ProvisionError(format!(
+                "container {id} still runs after SIGKILL"
+            )))
+        })
+        .await
+    }
+
+    /// Freezes every process of the container, as `docker pause` does (an orchestrator's
+    /// frozen node: no signal, no chance to react); [`unpause`](Self::unpause) thaws it.
+    pub async fn pause(&self) -> Result<(), ProvisionError> {
+        let id = self.container()?.id().to_string();
+        on_runtime(async move {
+            docker()
+                .await?
+                .pause_container(&id)
+                .await
+                .map_err(|e| ProvisionError(format!("cannot pause container {id}: {e}")))
+        })
+        .await
+    }
+
+    /// Thaws a paused container.
+    pub async fn unpause(&self) -> Result<(), ProvisionError> {
+        let id = self.container()?.id().to_string();
+        on_runtime(async move {
+            docker()
+                .await?
+                .unpause_container(&id)
+                .await
+                .map_err(|e| ProvisionError(format!("cannot unpause container {id}: {e}")))
+        })
+        .await
+    }
+
     /// Starts the stopped server again and waits until it answers.
     pub async fn start(&self) -> Result<(), ProvisionError> {
         let id = self.container()?.id().to_string();
@@ -359,6 +431,13 @@ impl Drop for Dedicated {
             });
         }
     }
+}
+
+/// testcontainers' Docker client.
+async fn docker() -> Result<testcontainers::bollard::Docker, ProvisionError> {
+    testcontainers::core::client::docker_client_instance()
+        .await
+        .map_err(|e| ProvisionError(format!("docker: {e}")))
 }
 
 fn free_port() -> Result<u16, ProvisionError> {
@@ -511,7 +590,7 @@ pub(crate) async fn launch_cluster(
     short: &str,
     size: usize,
     env: impl Fn(usize, &[String], &str) -> Vec<(String, String)>,
-) -> Result<Vec<Dedicated>, ProvisionError> {
+) -> Result<Cluster, ProvisionError> {
     let network = network_name();
     let names: Vec<String> = (1..=size)
         .map(|i| format!("{network}-{short}{i}"))
@@ -529,7 +608,18 @@ pub(crate) async fn launch_cluster(
     for m in &members {
         m.wait_ready().await?;
     }
-    Ok(members)
+    Ok(Cluster {
+        members,
+        names,
+        network,
+    })
+}
+
+/// The members of a cluster, their names (their host names on their network) and the network.
+pub(crate) struct Cluster {
+    pub(crate) members: Vec<Dedicated>,
+    pub(crate) names: Vec<String>,
+    pub(crate) network: String,
 }
 
 /// Removes every member's container and waits until they are gone.

@@ -216,38 +216,7 @@ pub async fn redis_with_replica() -> Result<(Dedicated, Dedicated), ProvisionErr
 
 /// Kills the server of `d` with SIGKILL (no shutdown, no final fsync); `start` brings it back.
 pub async fn kill_server(d: &Dedicated) -> Result<(), ProvisionError> {
-    let id = d.container()?.id().to_string();
-    on_runtime(async move {
-        let docker = testcontainers::core::client::docker_client_instance()
-            .await
-            .map_err(|e| ProvisionError(format!("docker: {e}")))?;
-        docker
-            .kill_container(
-                &id,
-                Some(
-                    testcontainers::bollard::query_parameters::KillContainerOptions {
-                        signal: "SIGKILL".into(),
-                    },
-                ),
-            )
-            .await
-            .map_err(|e| ProvisionError(format!("cannot kill container {id}: {e}")))?;
-        // `docker kill` returns before the container has stopped; `start` needs it stopped.
-        for _ in 0..100 {
-            let info = docker
-                .inspect_container(&id, None)
-                .await
-                .map_err(|e| ProvisionError(format!("cannot inspect container {id}: {e}")))?;
-            if !info.state.and_then(|s| s.running).unwrap_or(false) {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Err(ProvisionError(format!(
-            "container {id} still runs after SIGKILL"
-        )))
-    })
-    .await
+    d.kill().await
 }
 
 /// A key prefix of one's own (`leaftest-PID-RANDOM`) on a Redis server; the keys under it are

@@ -143,6 +143,8 @@ const ENSEMBLE_SIZE: usize = 3;
 pub struct ZkEnsemble {
     members: Vec<Dedicated>,
     connect: String,
+    network: String,
+    internal: String,
 }
 
 impl fmt::Debug for ZkEnsemble {
@@ -156,7 +158,7 @@ impl fmt::Debug for ZkEnsemble {
 /// Starts a three-member ensemble and waits until every member serves in its quorum.
 /// Always containers, even with `LEAFTEST_ZK_URL` set: a test that stops members must own them.
 pub async fn zk_ensemble() -> Result<ZkEnsemble, ProvisionError> {
-    let members = launch_cluster(&ZOOKEEPER, "zk", ENSEMBLE_SIZE, |i, names, _| {
+    let cluster = launch_cluster(&ZOOKEEPER, "zk", ENSEMBLE_SIZE, |i, names, _| {
         vec![
             ("ZOO_MY_ID".into(), (i + 1).to_string()),
             ("ZOO_SERVERS".into(), ensemble_servers(names)),
@@ -166,12 +168,24 @@ pub async fn zk_ensemble() -> Result<ZkEnsemble, ProvisionError> {
         ]
     })
     .await?;
-    let connect = members
+    let connect = cluster
+        .members
         .iter()
         .map(|m| m.endpoint().url.as_str())
         .collect::<Vec<_>>()
         .join(",");
-    Ok(ZkEnsemble { members, connect })
+    let internal = cluster
+        .names
+        .iter()
+        .map(|n| format!("{n}:{CLIENT_PORT}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok(ZkEnsemble {
+        members: cluster.members,
+        connect,
+        network: cluster.network,
+        internal,
+    })
 }
 
 /// `ZOO_SERVERS` for members named `names`, numbered from 1.
@@ -188,6 +202,17 @@ impl ZkEnsemble {
     /// The connect string of all members (`127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`).
     pub fn connect(&self) -> &str {
         &self.connect
+    }
+
+    /// The Docker network the members are on.
+    pub fn network(&self) -> &str {
+        &self.network
+    }
+
+    /// The connect string of all members for a container on [`network`](Self::network)
+    /// (`{name}:2181,...`).
+    pub fn internal_connect(&self) -> &str {
+        &self.internal
     }
 
     /// The members, in `myid` order (member `i` has id `i + 1`); each can be stopped and

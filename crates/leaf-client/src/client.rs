@@ -1,0 +1,124 @@
+//! `LeafClient`: segment IDs from memory over leased ranges (`segment()`), and the snowflake
+//! calls passed through to the servers (`snowflake_ids`, `decode`).
+
+use std::sync::Arc;
+
+use hyper::Method;
+use leaf_core::{Clock, DecodedId, Error, Result};
+use leaf_segment::{SegmentAllocator, SegmentConfig};
+use serde::Deserialize;
+
+use crate::config::{ClientConfig, LeafClientBuilder};
+use crate::endpoints::EndpointStatus;
+use crate::error::{TokenKind, malformed, parse};
+use crate::store::HttpStore;
+use crate::transport::{Call, Transport};
+
+/// A client of one set of servers. Cheap to clone; clones share the connections, the endpoints'
+/// state and the allocator's buffers. Must be used inside a Tokio runtime with the timer
+/// enabled (build it anywhere).
+#[derive(Clone, Debug)]
+pub struct LeafClient {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    transport: Arc<Transport>,
+    store: HttpStore,
+    segment: SegmentAllocator,
+}
+
+#[derive(Deserialize)]
+struct IdsJson {
+    ids: Vec<i64>,
+}
+
+#[derive(Deserialize)]
+struct DecodeJson {
+    timestamp_ms: u64,
+    worker_id: u64,
+    sequence: u64,
+}
+
+impl LeafClient {
+    /// A builder: `LeafClient::builder().endpoints(["http://leaf1:8080"]).build()?`.
+    pub fn builder() -> LeafClientBuilder {
+        LeafClientBuilder::default()
+    }
+
+    pub(crate) fn new(config: ClientConfig, segment: SegmentConfig, clock: Arc<dyn Clock>) -> Self {
+        let transport = Arc::new(Transport::new(&config, clock.clone()));
+        let store = HttpStore::new(transport.clone());
+        let segment = SegmentAllocator::new(Arc::new(store.clone()), clock, segment);
+        LeafClient {
+            inner: Arc::new(Inner {
+                transport,
+                store,
+                segment,
+            }),
+        }
+    }
+
+    /// Segment mode in this process: Leaf's allocator over [`HttpStore`], so `next_id(tag)`,
+    /// `next_ids(tag, n)` and `handle(tag)` hand IDs out from memory, the next range is
+    /// reserved in the background once 10% of the current one is used, and the step adapts to
+    /// the rate as on a server. A tag is looked up on the servers at its first use.
+    pub fn segment(&self) -> &SegmentAllocator {
+        &self.inner.segment
+    }
+
+    /// The store behind [`segment`](Self::segment); with the admin token it also creates,
+    /// changes and lists tags.
+    pub fn store(&self) -> &HttpStore {
+        &self.inner.store
+    }
+
+    /// `n` snowflake IDs from one server (`GET /v1/snowflake?count=n`; `n` from 1 to the
+    /// servers' `server.max_batch`), failing over like every call. Snowflake IDs carry the
+    /// time they were made, so they cannot be fetched ahead.
+    pub async fn snowflake_ids(&self, n: usize) -> Result<Vec<i64>> {
+        if n == 0 {
+            return Err(Error::InvalidInput("count must be at least 1".into()));
+        }
+        let body = self.get(format!("/v1/snowflake?count={n}")).await?;
+        let ids = parse::<IdsJson>(&body)?.ids;
+        if ids.len() != n {
+            return Err(malformed(format!(
+                "asked for {n} snowflake ids, got {}",
+                ids.len()
+            )));
+        }
+        Ok(ids)
+    }
+
+    /// A snowflake ID taken apart by a server, with its configured layout and epoch
+    /// (`GET /v1/snowflake/{id}/decode`).
+    pub async fn decode(&self, id: i64) -> Result<DecodedId> {
+        let body = self.get(format!("/v1/snowflake/{id}/decode")).await?;
+        let d = parse::<DecodeJson>(&body)?;
+        Ok(DecodedId {
+            timestamp_ms: d.timestamp_ms,
+            worker_id: d.worker_id,
+            sequence: d.sequence,
+        })
+    }
+
+    /// What the client knows of each endpoint: which is asked first, answers and failures,
+    /// how long a failed one is still skipped and why it failed.
+    pub fn endpoints(&self) -> Vec<EndpointStatus> {
+        self.inner.transport.status()
+    }
+
+    async fn get(&self, path: String) -> Result<hyper::body::Bytes> {
+        self.inner
+            .transport
+            .call(&Call {
+                method: Method::GET,
+                path,
+                body: None,
+                token: TokenKind::Client,
+            })
+            .await
+    }
+}

@@ -1,0 +1,20 @@
+//! `leaf-testkit`'s conformance suite against a real PostgreSQL server.
+
+mod common;
+
+use common::{RegistryFix, StoreFix};
+
+leaf_testkit::store_conformance!(
+    postgres_store,
+    async { StoreFix::new().await },
+    durable = true,
+    multi_process = true,
+);
+
+leaf_testkit::registry_conformance!(
+    postgres_registry,
+    async { RegistryFix::new().await },
+    recycles = false,
+    assigns_distinct_ids = true,
+    exclusive_identity = true,
+);

@@ -1,0 +1,163 @@
+//! The routes of clients that lease segments (`leaf-client`): `POST /v1/segment/{tag}/allocate`
+//! reserves a fresh range straight from the store, and `GET /v1/tags/{tag}` gives one stored row.
+//! Both follow the client rule (`server.client_token`), not the admin rule.
+
+use axum::Json;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, Uri};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::tags::TagJson;
+use super::{OptionalJsonBody, Params, RestPath, parse_tag};
+use crate::admin::{ClientAccess, peer};
+use crate::error::{ApiError, Origin};
+use crate::metrics::Family;
+use crate::state::AppState;
+
+/// The last segment of the allocate route's path.
+const ALLOCATE: &str = "/allocate";
+
+/// The address family of the socket's peer, for the allocation counters.
+pub(super) struct PeerFamily(Family);
+
+impl<S: Send + Sync> FromRequestParts<S> for PeerFamily {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        Ok(PeerFamily(Family::of(peer(parts))))
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct StepQuery {
+    step: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StepBody {
+    step: Option<i64>,
+}
+
+/// The step asked for, from the query or the body (not both), checked against `max_step`.
+fn requested_step(
+    query: Option<String>,
+    body: Option<i64>,
+    max_step: i64,
+) -> Result<Option<i64>, ApiError> {
+    let raw = match (query, body) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "step is given twice; give it in the query or in the JSON body",
+            ));
+        }
+        (Some(q), None) => q,
+        (None, Some(b)) => b.to_string(),
+        (None, None) => return Ok(None),
+    };
+    match raw.trim().parse::<i64>() {
+        Ok(n) if (1..=max_step).contains(&n) => Ok(Some(n)),
+        _ => Err(ApiError::bad_request(format!(
+            "step must be a whole number from 1 to {max_step} (segment.max_step), got {raw:?}"
+        ))),
+    }
+}
+
+/// `POST /v1/segment/{tag}/allocate` with an optional `step`: one allocation from the store
+/// (never from this server's buffers), `{"tag", "max_id", "step", "used_step"}`; the range is
+/// `[max_id - used_step, max_id)`.
+pub(super) async fn allocate(
+    _: ClientAccess,
+    State(state): State<AppState>,
+    PeerFamily(family): PeerFamily,
+    uri: Uri,
+    RestPath(rest): RestPath,
+    Params(query): Params<StepQuery>,
+    OptionalJsonBody(body): OptionalJsonBody<StepBody>,
+) -> Result<Json<Value>, ApiError> {
+    // Checked on the raw path: `x%2Fallocate` is a tag named `x/allocate` (a 400 on GET), not
+    // this route.
+    let raw_tag = match rest.strip_suffix(ALLOCATE) {
+        Some(tag) if uri.path().ends_with(ALLOCATE) => tag,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "POST on /v1/segment is only POST /v1/segment/{tag}/allocate",
+            ));
+        }
+    };
+    let allocator = state.segment()?;
+    let tag = parse_tag(raw_tag)?;
+    let step = requested_step(
+        query.step,
+        body.and_then(|b| b.step),
+        allocator.config().max_step,
+    )?;
+    let a = allocator
+        .store()
+        .allocate(&tag, step)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+    state
+        .metrics()
+        .client_allocation(&tag, family, a.used_step.max(0) as u64);
+    Ok(Json(json!({
+        "tag": a.tag.as_str(),
+        "max_id": a.max_id,
+        "step": a.step,
+        "used_step": a.used_step,
+    })))
+}
+
+/// `GET /v1/tags/{tag}`: the stored row (`max_id`, `step`, ...), 404 with Leaf's -2 if unknown.
+pub(super) async fn get_tag(
+    _: ClientAccess,
+    State(state): State<AppState>,
+    RestPath(raw): RestPath,
+) -> Result<Json<TagJson>, ApiError> {
+    let allocator = state.segment()?;
+    let tag = parse_tag(&raw)?;
+    let row = allocator
+        .store()
+        .get(&tag)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))?
+        .ok_or_else(|| {
+            ApiError::from_core(
+                Origin::Segment,
+                leaf_core::Error::NotFound(format!("tag {tag}")),
+            )
+        })?;
+    Ok(Json(TagJson::new(row, None)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_table() {
+        let check = |query: Option<&str>, body: Option<i64>, expect: Result<Option<i64>, ()>| {
+            let got = requested_step(query.map(str::to_owned), body, 1000);
+            match (&got, &expect) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{query:?} {body:?}"),
+                (Err(e), Err(())) => assert_eq!(e.status, StatusCode::BAD_REQUEST),
+                _ => panic!("{query:?} {body:?}: {got:?}"),
+            }
+        };
+        check(None, None, Ok(None));
+        check(Some("5"), None, Ok(Some(5)));
+        check(Some(" 1000"), None, Ok(Some(1000)));
+        check(None, Some(1), Ok(Some(1)));
+        check(Some("1001"), None, Err(()));
+        check(None, Some(1001), Err(()));
+        check(Some("0"), None, Err(()));
+        check(None, Some(-1), Err(()));
+        check(Some("x"), None, Err(()));
+        check(Some(""), None, Err(()));
+        check(Some("1.5"), None, Err(()));
+        check(Some("5"), Some(5), Err(()));
+    }
+}

@@ -1,0 +1,335 @@
+//! `leaf-server` on a real PostgreSQL (provisioned by `leaf-testkit`: the server of
+//! `LEAFTEST_POSTGRES_URL`, else a container of `LEAFTEST_POSTGRES_IMAGE`), a database of its own
+//! per test: the router on PostgreSQL through `server::start`, then the built binary: two
+//! processes sharing the tag's segments and taking distinct worker ids from one
+//! `leaf_workerid_alloc`, a second process with a running one's identity refused, a crash and
+//! an immediate restart, PostgreSQL stopped while a node serves, and a refused password. A
+//! server that cannot be provisioned fails these tests; nothing is skipped.
+
+#![cfg(feature = "postgres")]
+
+mod common;
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use leaf_core::SnowflakeLayout;
+use leaf_server::app;
+use leaf_server::config::Config;
+use leaf_testkit::provision::{self, POSTGRES, PostgresDatabase};
+use sqlx::postgres::PgPool;
+use sqlx::{AssertSqlSafe, Executor, Row};
+
+use common::nodes::{self, WhileDown};
+use common::router::{call, ok};
+use common::{Server, command, free_port, wait_exit};
+
+const TAG: &str = "leaf-segment-test";
+
+/// A database of one's own on the provisioned server; fails the test loudly without one.
+async fn database() -> (PostgresDatabase, PgPool) {
+    let db = provision::postgres_database().await.unwrap_or_else(|e| {
+        panic!(
+            "no PostgreSQL server for the leaf-server tests: {e}\n\
+             (set LEAFTEST_POSTGRES_URL, or LEAFTEST_POSTGRES_IMAGE to an image Docker has)"
+        )
+    });
+    let root = PgPool::connect(&db.url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {db:?}: {e}"));
+    (db, root)
+}
+
+/// Starts the binary with both modes on the database at `url`, its identity
+/// `127.0.0.1:{snowflake_port}`, plus `extra`; does not wait for it to serve.
+fn spawn(dir: &Path, n: u32, url: &str, snowflake_port: u16, extra: &[(&str, &str)]) -> Server {
+    let port = snowflake_port.to_string();
+    let mut env = vec![
+        ("LEAF_SEGMENT__STORE", "postgres"),
+        ("LEAF_SEGMENT__URL", url),
+        ("LEAF_SNOWFLAKE__MODE", "postgres"),
+        ("LEAF_SNOWFLAKE__IP", "127.0.0.1"),
+        ("LEAF_SNOWFLAKE__PORT", &port),
+        ("LEAF_SNOWFLAKE__POSTGRES__URL", url),
+    ];
+    env.extend_from_slice(extra);
+    Server::spawn(dir, free_port(), n, &env)
+}
+
+// ---- The router on PostgreSQL --------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn router_serves_both_modes_from_postgres_and_db_lists_the_table() {
+    let (db, root) = database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.segment.store = "postgres".into();
+    config.segment.stores.insert("url", &db.url);
+    config.segment.stores.insert("max_connections", 2);
+    config.snowflake.mode = "postgres".into();
+    config.snowflake.backends.set("postgres", "url", &db.url);
+    config.snowflake.ip = "10.0.0.7".into();
+    config.snowflake.port = 8080;
+    config.snowflake.cache_dir = dir.path().to_path_buf();
+    config.validate().unwrap();
+
+    // Through the one place that picks backends, as the binary does.
+    let running = leaf_server::server::start(&config, "127.0.0.1:8080".parse().unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("start on postgres: {e:#}"));
+    let app = app(running.state.clone());
+    let ready = ok(&app, "/readyz").await;
+    assert!(ready.contains("\"ready\":true"), "{ready}");
+
+    // Segment mode: the seed tag, created in leaf_alloc by the server with Leaf's step.
+    assert_eq!(ok(&app, &format!("/api/segment/get/{TAG}")).await, "1");
+    let batch: serde_json::Value =
+        serde_json::from_str(&ok(&app, &format!("/v1/segment/{TAG}?count=5")).await).unwrap();
+    assert_eq!(batch["ids"], serde_json::json!([2, 3, 4, 5, 6]));
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/v1/tags",
+        r#"{"tag":"order","max_id":100,"step":50,"description":"made over http"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = call(&app, "POST", "/v1/tags", r#"{"tag":"order"}"#).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let first: i64 = ok(&app, "/api/segment/get/order").await.parse().unwrap();
+    assert_eq!(first, 100, "the range after the row's max_id");
+    let (status, body) = call(&app, "GET", "/api/segment/get/absent", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+
+    // A row written behind the server's back: /db reads the table, not the cache.
+    root.execute(
+        "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) \
+         VALUES ('direct', 77, 7, 'inserted <by> sql')",
+    )
+    .await
+    .unwrap();
+    let page = ok(&app, "/db").await;
+    let rows = sqlx::query("SELECT biz_tag, max_id FROM leaf_alloc ORDER BY biz_tag")
+        .fetch_all(&root)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 3);
+    for row in &rows {
+        let tag: String = row.get("biz_tag");
+        assert!(
+            page.contains(&format!("data-label=\"biz_tag\">{tag}</td>")),
+            "{tag} in {page}"
+        );
+    }
+    assert!(page.contains(">2,001</td>"), "{page}");
+    assert!(page.contains("inserted &lt;by&gt; sql"), "{page}");
+
+    // Snowflake mode: the worker id is this node's row of leaf_workerid_alloc.
+    let id: i64 = ok(&app, "/api/snowflake/get/x").await.parse().unwrap();
+    let worker: i32 =
+        sqlx::query_scalar("SELECT id FROM leaf_workerid_alloc WHERE ip_port = '10.0.0.7:8080'")
+            .fetch_one(&root)
+            .await
+            .expect("the node's row");
+    let decoded = SnowflakeLayout::default().decode(id).unwrap();
+    assert_eq!(decoded.worker_id, worker as u64);
+
+    running.stop().await;
+    let mark: Option<i64> =
+        sqlx::query_scalar("SELECT max_timestamp FROM leaf_workerid_alloc WHERE id = $1")
+            .bind(worker)
+            .fetch_one(&root)
+            .await
+            .unwrap();
+    let issued_ms = decoded.timestamp_ms;
+    assert!(
+        mark.is_some_and(|m| m as u64 >= issued_ms),
+        "the final mark {mark:?} covers the last ID issued ({issued_ms})"
+    );
+}
+
+// ---- The built binary ----------------------------------------------------------------------
+
+/// Two servers on one database: batches of the seed tag taken in turns never repeat, and their
+/// worker ids differ: the rows of their identities.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
+    let (db, root) = database().await;
+    let (da, db_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (pa, pb) = (free_port(), free_port());
+    let url = db.url.clone();
+    let (a_worker, b_worker) = tokio::task::spawn_blocking(move || {
+        let mut a = spawn(da.path(), 1, &url, pa, &[]);
+        a.wait_for("/readyz", Duration::from_secs(60));
+        let mut b = spawn(db_dir.path(), 2, &url, pb, &[]);
+        b.wait_for("/readyz", Duration::from_secs(60));
+        let workers = (nodes::worker_id(&a), nodes::worker_id(&b));
+        nodes::two_servers_share_segments_with_distinct_worker_ids(a, b, TAG);
+        workers
+    })
+    .await
+    .unwrap();
+    let rows: Vec<(String, i32)> =
+        sqlx::query_as("SELECT ip_port, id FROM leaf_workerid_alloc ORDER BY id")
+            .fetch_all(&root)
+            .await
+            .unwrap();
+    let mut expected = vec![
+        (format!("127.0.0.1:{pa}"), a_worker as i32),
+        (format!("127.0.0.1:{pb}"), b_worker as i32),
+    ];
+    expected.sort_by_key(|(_, id)| *id);
+    assert_eq!(rows, expected);
+}
+
+/// A second process with the identity of a running one (two containers that both see one
+/// address, say) does not start: it would issue the same IDs. The first keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_with_a_running_ones_identity_is_refused() {
+    let (db, _root) = database().await;
+    let url = db.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let (da, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let identity_port = free_port();
+        let mut a = spawn(da.path(), 1, &url, identity_port, &[]);
+        a.wait_for("/readyz", Duration::from_secs(60));
+        let mut b = spawn(dir_b.path(), 2, &url, identity_port, &[]);
+        let status = wait_exit(&mut b.child, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("the second process runs:\n{}", b.log_text()));
+        let log = b.log_text();
+        assert!(!status.success(), "{log}");
+        assert!(
+            log.contains(&format!(
+                "node identity 127.0.0.1:{identity_port} is in use"
+            )),
+            "the refusal names the identity:\n{log}"
+        );
+        assert!(nodes::take(&a, 10).is_some(), "the first one still serves");
+        let (status, log) = a.sigterm();
+        assert!(status.success(), "{log}");
+    })
+    .await
+    .unwrap();
+}
+
+/// A node killed (SIGKILL: no release, no final mark) and started again at once with the same
+/// identity and cache directory: PostgreSQL ends the dead session and its identity lock, the
+/// node gets its worker id back and issues only IDs after the ones it issued before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_and_an_immediate_restart_keep_the_worker_id_and_repeat_nothing() {
+    let (db, _root) = database().await;
+    let url = db.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let identity_port = free_port();
+        let mut a = spawn(dir.path(), 1, &url, identity_port, &[]);
+        a.wait_for("/readyz", Duration::from_secs(60));
+        let mut seen = HashSet::new();
+        for _ in 0..10 {
+            nodes::record(&mut seen, &nodes::take(&a, 1000).expect("serves"), "before");
+        }
+        let worker = nodes::worker_id(&a);
+        let before_max = *seen.iter().max().unwrap();
+        nodes::signal(&a, "-KILL");
+        wait_exit(&mut a.child, Duration::from_secs(10)).expect("killed");
+
+        let mut again = spawn(dir.path(), 2, &url, identity_port, &[]);
+        again.wait_for("/readyz", Duration::from_secs(60));
+        assert_eq!(
+            nodes::worker_id(&again),
+            worker,
+            "the same row, the same id"
+        );
+        let after = nodes::take(&again, 1000).expect("serves after the restart");
+        assert!(
+            after.iter().min().unwrap() > &before_max,
+            "IDs after the crash's"
+        );
+        nodes::record(&mut seen, &after, "after the restart");
+        let (status, log) = again.sigterm();
+        assert!(status.success(), "{log}");
+    })
+    .await
+    .unwrap();
+}
+
+/// PostgreSQL stopped while a node serves: segment IDs keep coming from the buffers, snowflake
+/// keeps serving (its worker id is never recycled; the marks go to the cache file), and both
+/// serve on once PostgreSQL is back. Nothing repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stopped_while_serving_segments_serve_from_buffers_and_snowflake_goes_on() {
+    let pg = provision::dedicated(&POSTGRES)
+        .await
+        .unwrap_or_else(|e| panic!("no PostgreSQL container for the fault tests: {e}"));
+    let db = provision::postgres_database_on(pg.endpoint())
+        .await
+        .expect("a database");
+    let dir = tempfile::tempdir().unwrap();
+    let fast = [
+        ("LEAF_SEGMENT__CONNECT_TIMEOUT_MS", "500"),
+        ("LEAF_SEGMENT__TIMEOUT_MS", "1000"),
+        ("LEAF_SNOWFLAKE__POSTGRES__CONNECT_TIMEOUT_MS", "500"),
+        ("LEAF_SNOWFLAKE__POSTGRES__TIMEOUT_MS", "1000"),
+    ];
+    let mut s = spawn(dir.path(), 1, &db.url, free_port(), &fast);
+    s.wait_for("/readyz", Duration::from_secs(60));
+    let snowflake = WhileDown::KeepsServingFor(Duration::from_secs(4));
+    nodes::backend_stopped_while_serving(&s, &pg, TAG, snowflake).await;
+    let (status, log) = s.sigterm();
+    assert!(status.success(), "{log}");
+    drop(db);
+    pg.remove().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_password_fails_start_up_without_showing_it() {
+    let (db, root) = database().await;
+    let role = format!("ltd{:010x}", fastrand::u64(..) >> 24);
+    let password = format!("pw{:016x}", fastrand::u64(..));
+    root.execute(AssertSqlSafe(format!(
+        "CREATE ROLE {role} LOGIN PASSWORD '{password}'"
+    )))
+    .await
+    .unwrap();
+    let wrong = format!("wrong{:016x}", fastrand::u64(..));
+    let (host, path) = db.url.rsplit_once('@').unwrap().1.split_once('/').unwrap();
+    let url = format!("postgres://{role}:{wrong}@{host}/{path}");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().to_path_buf();
+    let shown = url.clone();
+    let (status, stderr) = tokio::task::spawn_blocking(move || {
+        let env = [
+            ("LEAF_SEGMENT__STORE", "postgres".to_string()),
+            ("LEAF_SEGMENT__URL", url),
+            ("LEAF_SNOWFLAKE__ENABLED", "false".to_string()),
+            ("LEAF_LOG__LEVEL", "debug".to_string()),
+        ];
+        let out = command(&p, free_port(), &env)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("the binary runs");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(!status.success(), "start-up must fail: {stderr}");
+    assert!(stderr.contains("segment.url"), "names the key: {stderr}");
+    assert!(
+        !stderr.contains(&wrong),
+        "the password is in the log:\n{stderr}"
+    );
+    let redacted = leaf_server::config::redact_url(&shown);
+    assert!(
+        stderr.contains(&redacted),
+        "the log shows {redacted}:\n{stderr}"
+    );
+    root.execute(AssertSqlSafe(format!("DROP ROLE {role}")))
+        .await
+        .unwrap();
+}

@@ -1,0 +1,110 @@
+//! `cargo xtask bench-http`: the release `leaf-server` on its embedded default under `oha`, on
+//! this machine: single-ID throughput and latency with 32 connections, p99.9 at a fixed rate of
+//! half the maximum, `count=1000` batches, RSS idle and under load, and start-up to first ID.
+//!
+//! `cargo xtask bench-http --store mysql|postgres|redis|etcd` (repeated for several): segment
+//! mode on SQLite and on each chosen store, one after the other in one session, with one binary
+//! built with the stores' features, single IDs and `count=1000` batches each. The store's server is the one of its
+//! `LEAFTEST_*_URL`, else a container of its `LEAFTEST_*_IMAGE` (default: the image
+//! `cargo xtask testbed` builds) started here on a loopback port and removed at the end:
+//!
+//! - `mysql`: `LEAFTEST_MYSQL_URL` (a URL naming an existing database), else
+//!   `LEAFTEST_MYSQL_IMAGE`, default `leaf-testbed/mariadb:local`.
+//! - `postgres`: `LEAFTEST_POSTGRES_URL` (a URL naming an existing database), else
+//!   `LEAFTEST_POSTGRES_IMAGE`, default `leaf-testbed/postgres:local`.
+//! - `redis`: `LEAFTEST_REDIS_URL` (`redis://host:port`, a server with `appendonly yes` and
+//!   `appendfsync always`, as the store requires), else `LEAFTEST_REDIS_IMAGE`, default
+//!   `leaf-testbed/redis:local`, started with those two settings. The server's keys go under
+//!   the prefix `leafbench` (`segment.redis.key_prefix`) and stay there.
+//!
+//! `cargo xtask bench-http --snowflake-load [--server PATH]`: the segment route at a fixed rate,
+//! alone and while two clients loop snowflake batches (`count=10000`), with the snowflake layout
+//! 41 + 5 + 7 bits unless `LEAF_SNOWFLAKE__*_BITS` say otherwise: a generator that holds a
+//! runtime thread while it waits for the next millisecond shows here as segment latency.
+//! `--server` runs a binary built elsewhere (e.g. an older commit) instead of building one.
+
+mod compare;
+mod default_run;
+mod oha;
+mod server;
+mod snowflake_load;
+mod store;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use compare::compare_stores;
+use default_run::run_default;
+use snowflake_load::under_snowflake_load;
+use store::Store;
+
+const CONNECTIONS: u32 = 32;
+const SEGMENT: &str = "/api/segment/get/leaf-segment-test";
+const SNOWFLAKE: &str = "/api/snowflake/get/x";
+const BATCH: &str = "/v1/segment/leaf-segment-test?count=1000";
+const SNOWFLAKE_BATCH: &str = "/v1/snowflake?count=10000";
+
+/// `bench-http [SECONDS] [--store sqlite|mysql|postgres|redis|etcd]... [--snowflake-load
+/// [--server PATH]]`.
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
+    let mut seconds = 10;
+    let mut stores: Vec<String> = Vec::new();
+    let mut snowflake_load = false;
+    let mut server: Option<PathBuf> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--store" => {
+                stores.push(
+                    it.next()
+                        .context("--store needs sqlite, mysql, postgres, redis or etcd")?
+                        .clone(),
+                );
+            }
+            "--snowflake-load" => snowflake_load = true,
+            "--server" => {
+                server = Some(
+                    it.next()
+                        .context("--server needs the path of a leaf-server binary")?
+                        .into(),
+                );
+            }
+            other => match other.strip_prefix("--store=") {
+                Some(s) => stores.push(s.to_string()),
+                None => {
+                    seconds = other.parse().with_context(|| {
+                        format!("bench-http takes a number of seconds: {other:?}")
+                    })?;
+                }
+            },
+        }
+    }
+    if Command::new("oha").arg("--version").output().is_err() {
+        bail!("oha is not installed: cargo install oha --locked");
+    }
+    if snowflake_load {
+        return under_snowflake_load(root, seconds, server);
+    }
+    if server.is_some() {
+        bail!("--server goes with --snowflake-load");
+    }
+    // SQLite is always measured first; `--store sqlite` alone is the default run.
+    stores.retain(|s| s != "sqlite");
+    if stores.is_empty() {
+        return run_default(root, seconds);
+    }
+    let mut others = Vec::new();
+    for name in &stores {
+        match Store::parse(name) {
+            Some(s) if !others.contains(&s) => others.push(s),
+            Some(_) => {}
+            None => bail!(
+                "--store {name:?}: sqlite (the default run), mysql, postgres, redis or etcd \
+                 (SQLite beside them)"
+            ),
+        }
+    }
+    compare_stores(root, seconds, &others)
+}
