@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::process::Command;
 use std::sync::Arc;
+use std::time::Duration;
 
 use leaf_core::{NewTag, SegmentStore, SystemClock, Tag};
 use leaf_registry_local::SqliteStore;
@@ -11,6 +12,7 @@ use leaf_segment::{SegmentAllocator, SegmentConfig};
 
 const TAG: &str = "shared";
 const CHILD_DB: &str = "LEAFTEST_SEGMENT_CHILD_DB";
+const CHILD_GATE: &str = "LEAFTEST_SEGMENT_CHILD_GATE";
 const PER_CHILD: usize = 3000;
 
 async fn allocator(url: &str) -> SegmentAllocator {
@@ -84,11 +86,23 @@ async fn two_allocators_on_one_file_issue_no_duplicate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_one_file_issue_no_duplicate() {
     if let Ok(url) = std::env::var(CHILD_DB) {
-        // The child: one allocator of its own, IDs to stdout.
+        // The child: one allocator of its own, IDs to stdout. It says it is ready and waits for
+        // the start signal, so that neither child can finish before the other has begun, and
+        // paces itself, so that both are still taking segments when the other starts.
         let a = allocator(&url).await;
+        let gate = std::path::PathBuf::from(std::env::var(CHILD_GATE).expect("gate"));
+        std::fs::write(gate.join(format!("ready-{}", std::process::id())), "").unwrap();
+        while !gate.join("go").exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut ids = Vec::with_capacity(PER_CHILD);
+        while ids.len() < PER_CHILD {
+            ids.extend(take(&a, 10).await);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         // The harness's "test NAME ... " has no newline yet under --nocapture.
         println!();
-        for id in take(&a, PER_CHILD).await {
+        for id in ids {
             println!("id {id}");
         }
         return;
@@ -106,11 +120,30 @@ async fn two_processes_on_one_file_issue_no_duplicate() {
                     "--test-threads=1",
                 ])
                 .env(CHILD_DB, &url)
+                .env(CHILD_GATE, dir.path())
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .expect("start child")
         })
         .collect();
+    // Both children hold an open allocator before either takes an ID.
+    let ready = || {
+        let names = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name());
+        names
+            .filter(|n| n.to_string_lossy().starts_with("ready-"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while ready() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the children never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
     let mut seen = HashSet::new();
     let mut per_child = Vec::new();
     for child in children {
@@ -127,13 +160,15 @@ async fn two_processes_on_one_file_issue_no_duplicate() {
             assert!(seen.insert(id), "id {id} issued by both processes");
         }
     }
-    // The two processes really interleaved on the file: neither took all its IDs in one block.
-    let (lo, hi) = (per_child[0][0], per_child[0][PER_CHILD - 1]);
+    // The two processes really took segments of the file at the same time: the spans of their
+    // IDs overlap (one process's segments lie between the other's), rather than one process
+    // taking all of its IDs after the other had finished.
+    let span = |ids: &[i64]| (*ids.iter().min().unwrap(), *ids.iter().max().unwrap());
+    let ((lo0, hi0), (lo1, hi1)) = (span(&per_child[0]), span(&per_child[1]));
     assert!(
-        per_child[1].iter().any(|id| (lo..hi).contains(id)),
-        "the children did not run at the same time ({lo}..{hi} vs {}..{}); the test proves nothing",
-        per_child[1][0],
-        per_child[1][PER_CHILD - 1]
+        lo0 < hi1 && lo1 < hi0,
+        "the children did not run at the same time ({lo0}..={hi0} vs {lo1}..={hi1}); the test \
+         proves nothing"
     );
 }
 
