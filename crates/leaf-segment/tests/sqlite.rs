@@ -86,16 +86,17 @@ async fn two_allocators_on_one_file_issue_no_duplicate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_on_one_file_issue_no_duplicate() {
     if let Ok(url) = std::env::var(CHILD_DB) {
-        // The child: one allocator of its own, IDs to stdout. It says it is ready and waits for
-        // the start signal, so that neither child can finish before the other has begun, and
-        // paces itself, so that both are still taking segments when the other starts.
+        // The child: one allocator of its own, IDs to stdout. It takes its first ID (so holds
+        // a segment of the file) before it says it is ready, and takes the rest only after the
+        // parent's start signal, that is after the other child holds a segment too: whichever
+        // finishes first, each child's later segments lie above the other's first one.
         let a = allocator(&url).await;
+        let mut ids = take(&a, 1).await;
         let gate = std::path::PathBuf::from(std::env::var(CHILD_GATE).expect("gate"));
         std::fs::write(gate.join(format!("ready-{}", std::process::id())), "").unwrap();
         while !gate.join("go").exists() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let mut ids = Vec::with_capacity(PER_CHILD);
         while ids.len() < PER_CHILD {
             ids.extend(take(&a, 10).await);
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -161,8 +162,7 @@ async fn two_processes_on_one_file_issue_no_duplicate() {
         }
     }
     // The two processes really took segments of the file at the same time: the spans of their
-    // IDs overlap (one process's segments lie between the other's), rather than one process
-    // taking all of its IDs after the other had finished.
+    // IDs overlap (one process's segments lie between the other's).
     let span = |ids: &[i64]| (*ids.iter().min().unwrap(), *ids.iter().max().unwrap());
     let ((lo0, hi0), (lo1, hi1)) = (span(&per_child[0]), span(&per_child[1]));
     assert!(
