@@ -54,8 +54,14 @@ async fn a_503_is_retried_only_after_its_retry_after() {
     let store = c.store().clone();
     let started = Instant::now();
     let call = tokio::spawn(async move { store.allocate(&tag("t"), None).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(server.requests(ALLOCATE_ROUTE, 503).await, 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.requests(ALLOCATE_ROUTE, 503).await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first attempt never got its 503"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     lock.release().await;
     let a = call
         .await
@@ -64,7 +70,7 @@ async fn a_503_is_retried_only_after_its_retry_after() {
     let took = started.elapsed();
     assert_eq!(a.range(), 1..11);
     assert!(took >= Duration::from_secs(1), "asked again after {took:?}");
-    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(
         server.requests(ALLOCATE_ROUTE, 503).await,
         1,
@@ -85,16 +91,14 @@ async fn a_503_moves_on_at_once_and_the_server_is_skipped_for_its_retry_after() 
     let lock = WriteLock::take(&a.db()).await;
     let started = Instant::now();
     let first = c.store().allocate(&tag("t"), None).await.expect("from b");
-    assert!(
-        started.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        started.elapsed()
-    );
+    // At once: not after a's Retry-After of one second.
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(1), "{took:?}");
     assert_eq!(first.range(), 1..11);
     let status = c.endpoints();
     assert!(!status[0].preferred && status[1].preferred, "{status:?}");
     assert!(
-        status[0].skipped_for > Duration::from_millis(500),
+        status[0].skipped_for > Duration::ZERO,
         "Retry-After: 1 keeps it skipped: {status:?}"
     );
     assert!(
@@ -144,11 +148,11 @@ async fn an_unknown_tag_is_final_and_the_next_server_is_not_asked() {
 async fn a_server_that_does_not_answer_is_given_up_after_the_request_timeout() {
     let cluster = Cluster::start(2, &[]);
     let c = client(cluster.urls())
-        .request_timeout(Duration::from_millis(300))
+        .request_timeout(Duration::from_millis(2000))
         .build()
         .unwrap();
     create_tag(&c, "t", 10).await;
-    cluster.servers[0].freeze(Duration::from_secs(3));
+    cluster.servers[0].freeze(Duration::from_secs(8));
     let started = Instant::now();
     let a = c
         .store()
@@ -156,23 +160,20 @@ async fn a_server_that_does_not_answer_is_given_up_after_the_request_timeout() {
         .await
         .expect("from the second");
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(300), "{took:?}");
-    assert!(took < Duration::from_millis(2000), "{took:?}");
+    assert!(took >= Duration::from_millis(2000), "{took:?}");
+    assert!(took < Duration::from_millis(5000), "{took:?}");
     assert_eq!(a.range(), 1..11);
     let status = c.endpoints();
     assert!(status[1].preferred, "{status:?}");
     assert!(
-        status[0].last_error.as_deref() == Some("no answer within 300 ms"),
+        status[0].last_error.as_deref() == Some("no answer within 2000 ms"),
         "{status:?}"
     );
-    // The frozen one is skipped now: the next call does not wait for it.
+    // The frozen one is skipped now: the next call does not wait its request timeout for it.
     let started = Instant::now();
     c.store().allocate(&tag("t"), None).await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_millis(250),
-        "{:?}",
-        started.elapsed()
-    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1000), "{took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,7 +200,8 @@ async fn with_every_server_down_a_call_ends_unavailable_within_the_call_timeout(
     }
     assert!(text.contains("attempts)"), "{text}");
     assert!(text.contains("within 2000 ms"), "{text}");
-    assert!(took <= Duration::from_millis(2500), "{took:?}");
+    // Within the call timeout, give or take a busy machine's scheduling.
+    assert!(took <= Duration::from_millis(3500), "{took:?}");
     cluster.servers[1].restart();
     // Asked again once its back-off ends, within the call.
     let a = c

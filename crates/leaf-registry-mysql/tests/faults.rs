@@ -93,7 +93,7 @@ async fn a_held_row_lock_fails_the_allocation_within_the_lock_wait() {
         "it did not wait for the lock: {took:?}"
     );
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(6),
         "lock wait of 1 s took {took:?}"
     );
 
@@ -124,7 +124,7 @@ async fn a_stalled_allocation_is_cut_at_timeout_ms_and_the_pool_recovers() {
         "{e}"
     );
     assert!(
-        took < Duration::from_secs(2),
+        took < Duration::from_secs(5),
         "a 700 ms bound took {took:?}"
     );
 

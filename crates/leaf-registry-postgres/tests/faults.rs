@@ -176,7 +176,7 @@ async fn a_held_row_lock_fails_the_allocation_within_the_lock_timeout() {
         "it did not wait for the lock: {took:?}"
     );
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(6),
         "lock wait of 1 s took {took:?}"
     );
 
@@ -210,12 +210,12 @@ async fn a_stalled_allocation_is_given_up_by_the_server_too() {
         "{e}"
     );
     assert!(
-        took < Duration::from_secs(2),
+        took < Duration::from_secs(5),
         "a 700 ms bound took {took:?}"
     );
 
     // No session of the store is left waiting for the lock on the server.
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(10);
     let mut admin = PgConnection::connect(&db.url).await.unwrap();
     loop {
         let waiting: i64 = sqlx::query_scalar(

@@ -151,7 +151,9 @@ const HOSTILE_DESCRIPTION: &str = "<script>document.title='pwned'</script>";
 #[test]
 fn every_page_loads_links_resolve_and_hostile_names_stay_text() {
     let dir = tempfile::tempdir().unwrap();
-    let s = start(dir.path(), &[]);
+    // A segment switch may wait for the next segment (SQLite commits in the background) longer
+    // than the default 10 ms on a busy machine; the pages, not that wait, are under test here.
+    let s = start(dir.path(), &[("LEAF_SEGMENT__SWITCH_WAIT_MS", "5000")]);
     let body = serde_json::json!({
         "tag": HOSTILE_TAG,
         "step": 1000,

@@ -88,6 +88,16 @@ impl Clients {
         })
     }
 
+    /// The nodes that issued IDs (segment IDs when `segment`) since sample `from`.
+    fn serving(&self, from: usize, segment: bool) -> HashSet<usize> {
+        let samples = self.samples.lock().unwrap();
+        samples[from..]
+            .iter()
+            .filter(|s| s.segment == segment && !s.ids.is_empty())
+            .map(|s| s.node)
+            .collect()
+    }
+
     /// Node `node`'s snowflake IDs so far.
     fn ids_of(&self, node: usize) -> Vec<i64> {
         let samples = self.samples.lock().unwrap();
@@ -145,16 +155,35 @@ async fn wait_ready(cluster: &LeafCluster, i: usize, limit: Duration) {
     }
 }
 
-/// Node `i`'s worker id, from one of its IDs.
+/// Waits until `done()` holds, asking every 100 ms; fails naming `what` after `limit`. On a
+/// busy machine (ten containers on two cores) a fixed sleep may end before the clients' next
+/// answer has come.
+async fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "still not, after {} s: {what}",
+            limit.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Node `i`'s worker id, from one of its IDs (asked again for up to 30 s: one request may go
+/// unanswered on a busy machine).
 async fn worker_id(node: &Dedicated) -> u64 {
-    let (status, body) = node
-        .endpoint()
-        .get("/v1/snowflake?count=1")
-        .await
-        .expect("an answer");
-    assert_eq!(status, 200, "{body}");
-    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
-    worker_of(json["ids"][0].as_i64().unwrap())
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match node.endpoint().get("/v1/snowflake?count=1").await {
+            Ok((200, body)) => {
+                let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+                return worker_of(json["ids"][0].as_i64().unwrap());
+            }
+            other => assert!(Instant::now() < deadline, "no ID to read: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Writes a line to the real stderr, past the test harness's capture: the counts are the
@@ -214,6 +243,10 @@ async fn run(coordination: Coordination) {
         .collect();
     let (mut kills, mut pauses, mut member_stops) = (0, 0, 0);
     tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_until("node 1 issued IDs", Duration::from_secs(30), || {
+        clients.serving(0, false).contains(&1)
+    })
+    .await;
 
     // 1. docker kill node 1 and start it on its volume: nothing below what it issued before.
     let before = clients.ids_of(1);
@@ -227,6 +260,15 @@ async fn run(coordination: Coordination) {
     cluster.nodes()[1].start().await.expect("start again");
     wait_ready(&cluster, 1, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_until(
+        "node 1 issued IDs after its restart",
+        Duration::from_secs(30),
+        || {
+            clients.serving(killed_at, false).contains(&1)
+                && (!segment || clients.serving(killed_at, true).contains(&1))
+        },
+    )
+    .await;
     let after: Vec<i64> = {
         let samples = clients.samples.lock().unwrap();
         samples[killed_at..]
@@ -249,6 +291,14 @@ async fn run(coordination: Coordination) {
     member_stops += 1;
     let member_stopped_at = clients.samples.lock().unwrap().len();
     tokio::time::sleep(Duration::from_secs(3)).await;
+    if segment {
+        wait_until(
+            "segment IDs while a member was stopped",
+            Duration::from_secs(30),
+            || !clients.serving(member_stopped_at, true).is_empty(),
+        )
+        .await;
+    }
     let member_back_at = clients.samples.lock().unwrap().len();
     cluster.coordination()[0]
         .start()
@@ -293,6 +343,15 @@ async fn run(coordination: Coordination) {
     }
     wait_ready(&cluster, 0, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_until(
+        "IDs from all three nodes after the thaw",
+        Duration::from_secs(30),
+        || {
+            let nodes = clients.serving(thawed_at, segment);
+            (0..3).all(|i| nodes.contains(&i))
+        },
+    )
+    .await;
     clients.stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.unwrap();
