@@ -98,7 +98,7 @@ async fn two_processes_on_one_file_issue_no_duplicate() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         while ids.len() < PER_CHILD {
-            ids.extend(take(&a, 10).await);
+            ids.extend(take(&a, (PER_CHILD - ids.len()).min(10)).await);
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // The harness's "test NAME ... " has no newline yet under --nocapture.
