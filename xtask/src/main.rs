@@ -91,7 +91,8 @@ fn ci(root: &Path) -> Result<()> {
     // `leaf-testkit`'s provisioning tests (built whenever a crate's tests enable `provision`),
     // which get the same servers.
     let env = conformance::run_and_keep_env(root, &[])?;
-    let mut args = vec!["test", "--workspace", "--all-targets"];
+    // Every test binary runs even after one fails, so that one run shows every failure.
+    let mut args = vec!["test", "--workspace", "--all-targets", "--no-fail-fast"];
     for package in conformance::packages(root) {
         args.extend(["--exclude", package]);
     }
