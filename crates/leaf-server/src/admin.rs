@@ -4,13 +4,20 @@
 //! peers are served. The peer is the socket's address, never a header: behind a reverse proxy
 //! on the same host every client looks local, so such deployments must set a token.
 //!
+//! Without a token the request must also name the server by a loopback name (`Host:
+//! localhost`, `127.0.0.1`, `[::1]`, any port) or by none: a page of another name that DNS then
+//! points at 127.0.0.1 (DNS rebinding) reaches the server from a loopback peer, with an
+//! `Origin` that matches its own `Host`, and only its `Host` gives it away.
+//!
 //! Writes (`POST`, `PATCH`, ...) also refuse requests a browser sent from a page of another
 //! origin (their `Origin` names another host, or `Sec-Fetch-Site` says so): without a token, a
 //! page on the operator's machine could otherwise create tags through the loopback rule.
 //!
 //! The client rule of the ID routes and of the routes of clients that lease segments is
 //! simpler: with `server.client_token` set, a request needs `Authorization: Bearer <it>`
-//! (compared in constant time), else 401; with none, everyone is served, as in Leaf.
+//! (compared in constant time), else 401; with none, everyone is served, as in Leaf. Its writes
+//! (`POST /v1/segment/{tag}/allocate`) refuse pages of other origins too, so that a page cannot
+//! make a visitor's browser burn segments of a server only that browser can reach.
 
 use std::net::SocketAddr;
 
@@ -39,13 +46,7 @@ impl FromRequestParts<AppState> for Admin {
         if !is_safe(&parts.method) {
             same_origin(&parts.headers)?;
         }
-        check(
-            state.admin_token(),
-            authorization(parts),
-            peer(parts),
-            Schemes::Bearer,
-        )
-        .map(|()| Admin)
+        admin_rule(parts, state, Schemes::Bearer).map(|()| Admin)
     }
 }
 
@@ -53,14 +54,18 @@ impl FromRequestParts<AppState> for AdminPage {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        check(
-            state.admin_token(),
-            authorization(parts),
-            peer(parts),
-            Schemes::BearerOrBasic,
-        )
-        .map(|()| AdminPage)
+        admin_rule(parts, state, Schemes::BearerOrBasic).map(|()| AdminPage)
     }
+}
+
+/// [`check`] on a request; without a token, also [`loopback_host`].
+fn admin_rule(parts: &Parts, state: &AppState, schemes: Schemes) -> Result<(), ApiError> {
+    let token = state.admin_token();
+    check(token, authorization(parts), peer(parts), schemes)?;
+    if token.is_empty() {
+        loopback_host(&parts.headers)?;
+    }
+    Ok(())
 }
 
 /// Proof that a request passed the client rule (`server.client_token`); take it as a handler
@@ -72,6 +77,9 @@ impl FromRequestParts<AppState> for ClientAccess {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if !is_safe(&parts.method) {
+            same_origin(&parts.headers)?;
+        }
         check_client(state.client_token(), authorization(parts)).map(|()| ClientAccess)
     }
 }
@@ -153,7 +161,43 @@ pub(crate) fn check(
     }
 }
 
-/// The origin rule of admin writes: a request whose `Origin` names another host than its
+/// The loopback rule's `Host` check: the request names the server by `localhost`, a loopback
+/// address (`127.0.0.1`, `[::1]`), with any port, or sends no `Host` (HTTP/1.0 tools; browsers
+/// always send one). Anything else is refused (403), naming the rule.
+pub(crate) fn loopback_host(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(host) = headers.get(header::HOST) else {
+        return Ok(());
+    };
+    let host = host.to_str().unwrap_or("");
+    if is_loopback_name(host) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "while server.admin_token is unset, admin routes serve requests to a loopback name \
+             (localhost, 127.0.0.1, [::1]) only, not Host {host:?}"
+        ),
+    ))
+}
+
+/// Whether `host[:port]` is `localhost` or a loopback address.
+fn is_loopback_name(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        Some(rest) => match rest.split_once(']') {
+            Some((v6, port)) if port.is_empty() || port.starts_with(':') => v6,
+            _ => return false,
+        },
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.to_canonical().is_loopback())
+}
+
+/// The origin rule of writes: a request whose `Origin` names another host than its
 /// `Host` (or is `null`), or whose `Sec-Fetch-Site` says another site or origin sent it, is
 /// refused (403). Requests without these headers (curl, scripts) pass: only browsers send them,
 /// and a browser always sends `Origin` with a cross-origin `POST`.
@@ -161,7 +205,7 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
     let refuse = |why: String| {
         Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            format!("admin writes are refused from pages of other origins: {why}"),
+            format!("writes are refused from pages of other origins: {why}"),
         ))
     };
     if let Some(site) = headers.get("sec-fetch-site") {
@@ -179,30 +223,53 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
     match origin_authority(origin) {
-        Some(authority) if !host.is_empty() && same_authority(authority, host) => Ok(()),
+        Some(authority) if !host.is_empty() && same_authority(&authority, host) => Ok(()),
         _ => refuse(format!("Origin {origin:?} is not this server ({host:?})")),
     }
 }
 
-/// `host[:port]` of a serialized origin (`scheme://host[:port]`); `None` for `null` or junk.
-fn origin_authority(origin: &str) -> Option<&str> {
+/// A serialized origin's host, port (the scheme's default when absent) and scheme's default
+/// port.
+type Authority = (String, u16, u16);
+
+/// The [`Authority`] of a serialized origin (`scheme://host[:port]`); `None` for `null`,
+/// another scheme or junk.
+fn origin_authority(origin: &str) -> Option<Authority> {
     let (scheme, rest) = origin.split_once("://")?;
-    let known = scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
-    (known && !rest.is_empty() && !rest.contains('/')).then_some(rest)
+    let default = if scheme.eq_ignore_ascii_case("http") {
+        80
+    } else if scheme.eq_ignore_ascii_case("https") {
+        443
+    } else {
+        return None;
+    };
+    if rest.is_empty() || rest.contains('/') {
+        return None;
+    }
+    let (name, port) = split_port(rest)?;
+    Some((name.to_ascii_lowercase(), port.unwrap_or(default), default))
 }
 
-/// Whether two `host[:port]` name the same place. A missing port matches the scheme's default
-/// on the other side only loosely: `example.com` and `example.com:80` (or `:443`, behind a TLS
-/// proxy) are the same server to the browser that sent both.
-fn same_authority(a: &str, b: &str) -> bool {
-    let strip = |s: &str| {
-        let s = s.to_ascii_lowercase();
-        match s.strip_suffix(":80").or_else(|| s.strip_suffix(":443")) {
-            Some(bare) => bare.to_owned(),
-            None => s,
-        }
+/// `host[:port]` split into the name (an IPv6 address keeps its brackets) and the port, if
+/// any; `None` when the port is not a number.
+fn split_port(authority: &str) -> Option<(&str, Option<u16>)> {
+    let colon = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => i,
+        _ => return Some((authority, None)),
     };
-    strip(a) == strip(b)
+    let port = authority[colon + 1..].parse().ok()?;
+    Some((&authority[..colon], Some(port)))
+}
+
+/// Whether the `Host` header names the origin's host and port. A `Host` without a port means
+/// the default port of the scheme the browser used, which for the same origin is the origin's
+/// scheme: so it matches an origin on its scheme's default port only (`http://h` and `h`, not
+/// `http://h:443` and `h`); a port in `Host` must be the origin's (`https://h` and `h:443`).
+fn same_authority((name, port, default): &Authority, host: &str) -> bool {
+    let Some((host_name, host_port)) = split_port(host) else {
+        return false;
+    };
+    host_name.eq_ignore_ascii_case(name) && host_port.unwrap_or(*default) == *port
 }
 
 /// The token of `Bearer <token>`; the scheme is case-insensitive and one or more spaces follow
@@ -354,6 +421,46 @@ mod tests {
     }
 
     #[test]
+    fn loopback_host_table() {
+        let ok = |host: Option<&str>| {
+            let mut h = HeaderMap::new();
+            if let Some(v) = host {
+                h.insert("host", HeaderValue::from_str(v).unwrap());
+            }
+            let r = loopback_host(&h);
+            if let Err(e) = &r {
+                assert_eq!(e.status, StatusCode::FORBIDDEN);
+            }
+            r.is_ok()
+        };
+        for good in [
+            None,
+            Some("localhost"),
+            Some("LOCALHOST:8080"),
+            Some("127.0.0.1"),
+            Some("127.0.0.1:8080"),
+            Some("127.8.9.10:1"),
+            Some("[::1]"),
+            Some("[::1]:8080"),
+            Some("[::ffff:127.0.0.1]:8080"),
+        ] {
+            assert!(ok(good), "{good:?}");
+        }
+        // A rebound name, the machine's own name or address, and junk.
+        for bad in [
+            "rebind.attacker.example:8080",
+            "localhost.attacker.example",
+            "10.0.0.1:8080",
+            "[::2]:8080",
+            "[::1]x",
+            "",
+            "127.0.0.1.nip.io:8080",
+        ] {
+            assert!(!ok(Some(bad)), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn origin_rule_table() {
         let check = |origin: Option<&str>, host: Option<&str>, site: Option<&str>, ok: bool| {
             let mut h = HeaderMap::new();
@@ -425,5 +532,45 @@ mod tests {
             Some("cross-site"),
             false,
         );
+        // The default port is the origin's scheme's: https://h is h:443, never h:80.
+        check(
+            Some("https://leaf.example"),
+            Some("leaf.example:80"),
+            None,
+            false,
+        );
+        check(
+            Some("http://leaf.example:443"),
+            Some("leaf.example:80"),
+            None,
+            false,
+        );
+        check(
+            Some("http://leaf.example:443"),
+            Some("leaf.example"),
+            None,
+            false,
+        );
+        check(
+            Some("https://leaf.example:80"),
+            Some("leaf.example"),
+            None,
+            false,
+        );
+        check(
+            Some("http://leaf.example"),
+            Some("leaf.example:80"),
+            None,
+            true,
+        );
+        check(
+            Some("https://leaf.example"),
+            Some("leaf.example"),
+            None,
+            true,
+        );
+        check(Some("http://[::1]:8080"), Some("[::1]:8080"), None, true);
+        check(Some("http://[::1]:8080"), Some("[::1]:8081"), None, false);
+        check(Some("http://localhost:x"), Some("localhost:x"), None, false);
     }
 }

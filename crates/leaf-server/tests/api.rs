@@ -810,6 +810,84 @@ async fn admin_writes_from_pages_of_other_origins_are_refused() {
 }
 
 #[tokio::test]
+async fn without_a_token_a_rebound_host_name_is_refused_on_admin_routes_and_pages() {
+    let f = fixture().await;
+    // DNS rebinding: the attacker's name now resolves to 127.0.0.1, so the peer is loopback
+    // and the page's Origin matches its Host; only the Host names another server.
+    let rebound = [
+        ("content-type", "application/json"),
+        ("host", "rebind.attacker.example:8080"),
+        ("origin", "http://rebind.attacker.example:8080"),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    let m = writes_refused(&f.app, &rebound, "rebound", 403).await;
+    assert!(m.contains("loopback name"), "{m}");
+    for uri in ["/v1/tags", "/", "/cache", "/db", "/snowflake"] {
+        let r = send(&f.app, Method::GET, uri, LOCAL, &rebound[1..2], None).await;
+        assert!(r.error(403, 403).contains("loopback name"), "{uri}");
+    }
+    let rebound_tag = leaf_core::Tag::new("rebound").unwrap();
+    assert!(f.store.get(&rebound_tag).await.unwrap().is_none());
+    // The loopback names still pass.
+    for host in ["localhost:8080", "127.0.0.1:8080", "[::1]:8080"] {
+        let r = send(
+            &f.app,
+            Method::GET,
+            "/v1/tags",
+            LOCAL,
+            &[("host", host)],
+            None,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{host}: {}", r.text());
+    }
+    // With a token, the token is the rule, whatever the name.
+    let mut s = Setup::default();
+    s.config.server.admin_token = "s3cret".into();
+    let f = s.build().await;
+    let headers = [
+        ("host", "leaf.example:8080"),
+        ("authorization", "Bearer s3cret"),
+    ];
+    let r = send(&f.app, Method::GET, "/v1/tags", REMOTE, &headers, None).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[tokio::test]
+async fn a_page_of_another_origin_cannot_make_a_browser_allocate_segments() {
+    let f = fixture().await;
+    let before = f.store.allocations();
+    // An empty form post or a no-cors fetch from another site needs no preflight.
+    for headers in [
+        vec![("origin", "http://evil.example")],
+        vec![("origin", "null")],
+        vec![("sec-fetch-site", "cross-site")],
+        vec![
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://localhost:18750"),
+        ],
+    ] {
+        let r = allocate(
+            &f.app,
+            "/v1/segment/t/allocate?step=1000000",
+            &headers,
+            None,
+        )
+        .await;
+        r.error(403, 403);
+        assert!(r.text().contains("other origins"), "{}", r.text());
+    }
+    assert_eq!(f.store.allocations(), before, "nothing was reserved");
+    // Leasing clients send no Origin; the server's own pages are same-origin.
+    let same = [
+        ("host", "127.0.0.1:8080"),
+        ("origin", "http://127.0.0.1:8080"),
+    ];
+    let r = allocate(&f.app, "/v1/segment/t/allocate", &same, None).await;
+    range_of(&r, "t", 10, 10);
+}
+
+#[tokio::test]
 async fn tags_admin_create_patch_list() {
     let f = fixture().await;
     // Asked for before it exists: unknown, and remembered as such for a moment.

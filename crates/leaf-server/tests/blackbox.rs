@@ -293,7 +293,7 @@ fn connection_limits_and_json_logs() {
     let pad = "x".repeat(40 * 1024);
     let _ = write!(
         big,
-        "GET /healthz HTTP/1.1\r\nHost: a\r\nX-Pad: {pad}\r\n\r\n"
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Pad: {pad}\r\n\r\n"
     );
     let mut answer = Vec::new();
     let _ = big.read_to_end(&mut answer);
@@ -309,7 +309,7 @@ fn connection_limits_and_json_logs() {
     let body = format!("{{\"tag\":\"t\",\"description\":\"{}\"}}", "d".repeat(500));
     write!(
         post,
-        "POST /v1/tags HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/tags HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -324,7 +324,7 @@ fn connection_limits_and_json_logs() {
         .unwrap();
     write!(
         slow,
-        "POST /v1/tags HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{{\"tag\""
+        "POST /v1/tags HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{{\"tag\""
     )
     .unwrap();
     let start = Instant::now();
