@@ -93,9 +93,14 @@ struct ForeverWrite {
     /// `(path, version)` of the node; `None` after a start from the cache file, until the
     /// node is found again.
     node: Option<(String, i32)>,
-    /// The highest mark this process tried to write: a node holding more was written by
-    /// another process of the identity.
-    highest: u64,
+    /// The mark this lease started past (the node's at the claim, the cache file's after a
+    /// start from it): the generator issues nothing at or below it, so a node holding no
+    /// more than it says nothing of timestamps this process could issue.
+    start_mark: u64,
+    /// The marks this process tried to write since its last write known to have landed (a
+    /// write whose answer was lost may still land): a node holding any other mark above
+    /// `start_mark` was written by another process of the identity.
+    tried: Vec<u64>,
 }
 
 #[derive(Debug)]
@@ -216,6 +221,15 @@ impl ZkBackend {
     #[doc(hidden)]
     pub async fn end_session(&self) -> Result<()> {
         self.session.end().await
+    }
+
+    /// Test hook: gives this registry's ZooKeeper session up without closing it, as a client
+    /// does that lost touch with a server which then keeps the session (a server restarted from
+    /// its log): its ephemeral nodes stay until it expires; the next call opens a new session.
+    #[cfg(feature = "_test-hooks")]
+    #[doc(hidden)]
+    pub async fn abandon_session(&self) {
+        self.session.abandon().await
     }
 
     /// Test hook: the first half of a `zk_recycle` claim of worker id `id` in a pool of

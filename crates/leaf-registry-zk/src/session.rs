@@ -1,6 +1,11 @@
 //! The ZooKeeper session of a registry: opened on first use (never by `connect`, so a registry
 //! can be made while ZooKeeper is down), replaced when it expires, and with it the ephemeral
 //! nodes the registry keeps (its live lock, its `temporary` entry), re-created in the new session.
+//!
+//! A session this registry gave up may live on at the server for up to its timeout (a server
+//! restarted from its log restores every session with a fresh timer), and with it the nodes it
+//! holds: a node of one of this registry's own earlier sessions is this registry's, so it is
+//! deleted and created again in the current session rather than taken for another process's.
 
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;
@@ -30,7 +35,17 @@ pub(crate) struct Session {
     ephemerals: StdMutex<Vec<Ephemeral>>,
     /// An exclusive ephemeral that another session held when this one tried to re-create it.
     lost: StdMutex<Option<String>>,
+    /// The ids of the sessions this registry opened, the current one last (the last
+    /// [`MAX_SESSIONS`]).
+    opened: StdMutex<Vec<i64>>,
+    /// Test hook: sessions given up without closing them, as a restarted server keeps them.
+    #[cfg(feature = "_test-hooks")]
+    abandoned: StdMutex<Vec<zk::Client>>,
 }
+
+/// How many of its sessions' ids a registry remembers: far more than can expire within one
+/// session timeout.
+const MAX_SESSIONS: usize = 16;
 
 /// What an exclusive create found.
 #[derive(Debug, PartialEq, Eq)]
@@ -49,7 +64,15 @@ impl Session {
             client: Mutex::new(None),
             ephemerals: StdMutex::default(),
             lost: StdMutex::default(),
+            opened: StdMutex::default(),
+            #[cfg(feature = "_test-hooks")]
+            abandoned: StdMutex::default(),
         }
+    }
+
+    /// Whether `owner` is one of the sessions this registry opened.
+    fn opened_by_me(&self, owner: i64) -> bool {
+        self.opened.lock().expect("opened lock").contains(&owner)
     }
 
     /// The longest any one call may take.
@@ -98,10 +121,17 @@ impl Session {
                 })
         };
         let client = bounded(self.timeout, "connecting", connect).await?;
+        {
+            let mut opened = self.opened.lock().expect("opened lock");
+            if opened.len() >= MAX_SESSIONS {
+                opened.remove(0);
+            }
+            opened.push(client.session_id().0);
+        }
         let kept = self.ephemerals.lock().expect("ephemerals lock").clone();
         for e in kept {
             match bounded(self.timeout, "re-creating an ephemeral node", async {
-                create_ephemeral(&client, &e.path, &e.data).await
+                self.create_ephemeral(&client, &e.path, &e.data).await
             })
             .await?
             {
@@ -142,7 +172,7 @@ impl Session {
     ) -> Result<Claim> {
         let client = self.client().await?;
         let claim = bounded(self.timeout, "creating an ephemeral node", async {
-            create_ephemeral(&client, path, data).await
+            self.create_ephemeral(&client, path, data).await
         })
         .await?;
         if claim == Claim::Held || !exclusive {
@@ -172,7 +202,10 @@ impl Session {
         let client = self.client().await?;
         bounded(self.timeout, "deleting an ephemeral node", async {
             match client.check_stat(path).await {
-                Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
+                Ok(Some(stat))
+                    if stat.ephemeral_owner == client.session_id().0
+                        || self.opened_by_me(stat.ephemeral_owner) =>
+                {
                     match client.delete(path, Some(stat.version)).await {
                         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
                         Err(e) => Err(map_zk(e, path)),
@@ -183,6 +216,59 @@ impl Session {
             }
         })
         .await
+    }
+
+    /// Creates the ephemeral `path` (and its missing parents, persistent) in `client`'s
+    /// session. [`Claim::HeldByOther`] if a node of another process's session is there; a node
+    /// of an earlier session of this registry's is deleted and created again.
+    async fn create_ephemeral(
+        &self,
+        client: &zk::Client,
+        path: &str,
+        data: &[u8],
+    ) -> Result<Claim> {
+        let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        for _ in 0..3 {
+            match client.create(path, data, &options).await {
+                Ok(_) => return Ok(Claim::Held),
+                Err(zk::Error::NoNode) => ensure_parent(client, path).await?,
+                Err(zk::Error::NodeExists) => match client.check_stat(path).await {
+                    Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
+                        return Ok(Claim::Held);
+                    }
+                    Ok(Some(stat)) if self.opened_by_me(stat.ephemeral_owner) => {
+                        tracing::info!(
+                            %path,
+                            session = stat.ephemeral_owner,
+                            "an earlier session of this process still holds its node; taking it over"
+                        );
+                        match client.delete(path, Some(stat.version)).await {
+                            Ok(()) | Err(zk::Error::NoNode) => {}
+                            Err(e) => return Err(map_zk(e, path)),
+                        }
+                    }
+                    Ok(Some(_)) => return Ok(Claim::HeldByOther),
+                    // Gone in between (its session just ended): try again.
+                    Ok(None) => {}
+                    Err(e) => return Err(map_zk(e, path)),
+                },
+                Err(e) => return Err(map_zk(e, path)),
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "zookeeper node {path} kept changing while it was being created"
+        )))
+    }
+
+    /// Test hook: gives the current session up without closing it, as a client does that lost
+    /// touch with a server that then keeps the session (a restart from its log): its ephemeral
+    /// nodes stay until it expires, and the next call opens a new session.
+    #[cfg(feature = "_test-hooks")]
+    pub(crate) async fn abandon(&self) {
+        if let Some(client) = self.client.lock().await.take() {
+            // Kept alive (its pings go on), so the server keeps the session.
+            self.abandoned.lock().expect("abandoned lock").push(client);
+        }
     }
 
     /// The exclusive ephemeral another process took while this one's session was gone, if any.
@@ -211,31 +297,6 @@ impl Session {
         })
         .await
     }
-}
-
-/// Creates the ephemeral `path` (and its missing parents, persistent). [`Claim::HeldByOther`]
-/// if a node of another session is there.
-async fn create_ephemeral(client: &zk::Client, path: &str, data: &[u8]) -> Result<Claim> {
-    let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-    for _ in 0..3 {
-        match client.create(path, data, &options).await {
-            Ok(_) => return Ok(Claim::Held),
-            Err(zk::Error::NoNode) => ensure_parent(client, path).await?,
-            Err(zk::Error::NodeExists) => match client.check_stat(path).await {
-                Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
-                    return Ok(Claim::Held);
-                }
-                Ok(Some(_)) => return Ok(Claim::HeldByOther),
-                // Gone in between (its session just ended): try again.
-                Ok(None) => {}
-                Err(e) => return Err(map_zk(e, path)),
-            },
-            Err(e) => return Err(map_zk(e, path)),
-        }
-    }
-    Err(Error::Unavailable(format!(
-        "zookeeper node {path} kept changing while it was being created"
-    )))
 }
 
 /// Creates the parent directories of `path` (persistent nodes), as `mkdir -p`.

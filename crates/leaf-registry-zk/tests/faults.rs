@@ -515,6 +515,71 @@ async fn zk_normal_whose_identity_was_taken_while_its_session_was_gone_loses_its
     assert!(new.renew(&taken, now_ms() + 3000).await.unwrap().is_ok());
 }
 
+/// A server restarted from its log restores every session, so one this process already gave
+/// up (and replaced) can hold its live lock for another session timeout: that lock is this
+/// process's own, not another process's, and the lease goes on in the new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_normal_takes_back_its_lock_from_an_earlier_session_the_server_still_keeps() {
+    let fix = ZkFix::with_config(ZkMode::Normal, |c| c.fence_on_disconnect = true).await;
+    let node = fix.registry();
+    let lease = node.acquire(&request(me(), 1023)).await.unwrap();
+    let client = raw_client().await;
+    let lock = format!("{}/forever-lock/{}", fix.base(), me());
+    let owner = |stat: Option<zookeeper_client::Stat>| stat.map(|s| s.ephemeral_owner);
+    let first = owner(client.check_stat(&lock).await.unwrap()).expect("the live lock");
+    node.backend().abandon_session().await;
+    let r = node.renew(&lease, now_ms() + 3000).await.unwrap();
+    assert!(
+        r.is_ok(),
+        "its own earlier session's lock was taken for another's: {r:?}"
+    );
+    let now = owner(client.check_stat(&lock).await.unwrap()).expect("the live lock");
+    assert_ne!(now, first, "the lock is the new session's");
+    assert!(node.renew(&lease, now_ms() + 3000).await.unwrap().is_ok());
+    node.release(&lease, now_ms()).await.unwrap();
+    assert_eq!(
+        owner(client.check_stat(&lock).await.unwrap()),
+        None,
+        "released"
+    );
+}
+
+/// Another process of the identity held it while this one's session was gone, issued, and
+/// stopped cleanly (its live lock deleted) before this one came back: its mark is below this
+/// one's next renewal, yet the timestamps it issued are unknown to this process's generator
+/// (the two clocks may differ by seconds). With `fence_on_disconnect` the returning process
+/// must not take that mark for its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_normal_never_adopts_the_mark_of_a_process_that_held_its_identity_meanwhile() {
+    let fix = ZkFix::with_config(ZkMode::Normal, |c| c.fence_on_disconnect = true).await;
+    let a = fix.registry();
+    let lease_a = a.acquire(&request(me(), 1023)).await.unwrap();
+    assert!(a.renew(&lease_a, now_ms() + 3000).await.unwrap().is_ok());
+    a.backend().end_session().await.unwrap();
+
+    let b = fix.registry();
+    let lease_b = b.acquire(&request(me(), 1023)).await.unwrap();
+    assert_eq!(lease_b.worker_id, lease_a.worker_id);
+    let b_mark = now_ms() + 1000;
+    assert!(b.renew(&lease_b, b_mark).await.unwrap().is_ok());
+    b.release(&lease_b, b_mark).await.unwrap();
+
+    // A's session is back and the lock is free; A's next mark is above B's.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let answer = loop {
+        if let Ok(r) = a.renew(&lease_a, now_ms() + 3000).await {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "A's renewal never got an answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        answer,
+        Renewal::LeaseLost,
+        "A took the mark B wrote for its own and went on issuing"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_recycle_renews_across_a_lost_session() {
     // A TTL that outlasts the expiry (which may take a few tries): the id is not recycled

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::nodes::{self, record, take};
-use common::{Server, free_port, now_ms};
+use common::{Server, free_port, http, now_ms};
 use leaf_testkit::provision::{self, Dedicated, ZOOKEEPER, ZkNamespace};
 
 /// A short lease (above the generator's minimum of renew 1 s + margin 1 s + 1 s) and session,
@@ -183,7 +183,13 @@ async fn zookeeper_stopped_while_serving_normal_serves_recycle_fences_and_recove
     zk.start().await.unwrap();
     recycle.wait_for("/api/snowflake/get/x", Duration::from_secs(60));
     record(&mut seen, &take(&recycle, 100).unwrap(), "zk_recycle after");
-    record(&mut seen, &take(&normal, 100).unwrap(), "zk_normal after");
+    let Some(ids) = take(&normal, 100) else {
+        let answer = http(normal.port, "GET", "/v1/snowflake?count=1")
+            .map(|r| format!("{} {}", r.status, r.body));
+        let (_, log) = normal.sigterm();
+        panic!("zk_normal serves nothing once ZooKeeper is back: {answer:?}\n{log}");
+    };
+    record(&mut seen, &ids, "zk_normal after");
     for n in [normal, recycle] {
         let (status, log) = n.sigterm();
         assert!(status.success(), "{log}");

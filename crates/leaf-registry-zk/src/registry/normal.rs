@@ -156,6 +156,7 @@ impl ZkBackend {
         identity: &NodeIdentity,
         worker_id: u64,
         node: Option<(String, i32)>,
+        start_mark: Option<u64>,
     ) -> Arc<Forever> {
         Arc::new(Forever {
             identity: identity.clone(),
@@ -165,7 +166,8 @@ impl ZkBackend {
             write: Mutex::new(ForeverWrite {
                 released: false,
                 node,
-                highest: 0,
+                start_mark: start_mark.unwrap_or(0),
+                tried: Vec::new(),
             }),
             in_flight: AtomicBool::new(false),
             confirmed: self.confirmed.clone(),
@@ -198,7 +200,12 @@ impl ZkBackend {
         let normal = NormalHeld {
             worker_id,
             token: lease.token,
-            forever: self.forever(identity, worker_id, Some((found.path, found.version))),
+            forever: self.forever(
+                identity,
+                worker_id,
+                Some((found.path, found.version)),
+                found.prev_mark_ms,
+            ),
         };
         Ok((lease, Held::Normal(normal)))
     }
@@ -218,7 +225,7 @@ impl ZkBackend {
         let normal = NormalHeld {
             worker_id: lease.worker_id,
             token: lease.token,
-            forever: self.forever(&req.identity, lease.worker_id, None),
+            forever: self.forever(&req.identity, lease.worker_id, None, lease.prev_mark_ms),
         };
         Ok((lease, Held::Normal(normal)))
     }
@@ -274,9 +281,9 @@ pub(super) async fn find_forever(
 }
 
 /// One mark write to the `forever` node, version-checked; after a start from the cache file it
-/// first takes the live lock and finds the node again. A node holding a higher mark than
-/// any mark this process tried to write was written by another process of this identity:
-/// nothing is written and the lease is marked lost.
+/// first takes the live lock and finds the node again. A node holding a mark above the one
+/// this lease started past, other than one this process tried to write, was written by another
+/// process of this identity: nothing is written and the lease is marked lost.
 pub(super) async fn write_forever(
     session: &Session,
     forever: &Forever,
@@ -284,8 +291,12 @@ pub(super) async fn write_forever(
     mark_ms: u64,
 ) -> Result<()> {
     let client = session.client().await?;
-    w.highest = w.highest.max(mark_ms);
-    let own = w.highest;
+    // Bounded: a lost write can only be one of the last few (writes are serialised), and a
+    // mark forgotten here only makes its node look foreign, which stops, never duplicates.
+    if w.tried.len() >= MAX_TRIED {
+        w.tried.remove(0);
+    }
+    w.tried.push(mark_ms);
     if w.node.is_none() {
         if session
             .keep_ephemeral(
@@ -311,7 +322,7 @@ pub(super) async fn write_forever(
             forever.lost.store(true, Ordering::Release);
             return Ok(());
         }
-        let Some(version) = read_own_forever(&client, forever, &path, own).await? else {
+        let Some(version) = read_own_forever(&client, forever, &path, w).await? else {
             return Ok(());
         };
         w.node = Some((path, version));
@@ -324,7 +335,7 @@ pub(super) async fn write_forever(
         // keeps other writers of this identity out while it is held): write over it, unless
         // it is another process's.
         Err(zk::Error::BadVersion) => {
-            let Some(version) = read_own_forever(&client, forever, &path, own).await? else {
+            let Some(version) = read_own_forever(&client, forever, &path, w).await? else {
                 return Ok(());
             };
             client
@@ -335,28 +346,33 @@ pub(super) async fn write_forever(
         Err(e) => return Err(session.fail(e, &path).await),
     };
     w.node = Some((path, stat.version));
+    w.tried.clear();
     forever.confirmed.store(mark_ms, Ordering::Release);
     Ok(())
 }
 
-/// The `forever` node's version, if what it holds can be this process's own (a mark not above
-/// `own`, the highest this process tried to write); `None`, with the lease marked lost, if another process of this identity wrote
-/// a higher mark: it ran while this one's session was gone, and this one's generator knows
-/// nothing of the timestamps it issued.
+/// How many unconfirmed marks [`write_forever`] remembers.
+const MAX_TRIED: usize = 64;
+
+/// The `forever` node's version, if what it holds can be this process's own: a mark not above
+/// the one this lease started past, or one this process tried to write. `None`, with the lease
+/// marked lost, if another process of this identity wrote it: that process ran while this
+/// one's session was gone, and this one's generator knows nothing of the timestamps it issued
+/// (even below this process's own next mark: the two clocks may differ by seconds).
 async fn read_own_forever(
     client: &zk::Client,
     forever: &Forever,
     path: &str,
-    own: u64,
+    w: &ForeverWrite,
 ) -> Result<Option<i32>> {
     let (data, stat) = client.get_data(path).await.map_err(|e| map_zk(e, path))?;
     match node::forever_prev_mark(&data, path)? {
-        Some(stored) if stored > own => {
+        Some(stored) if stored > w.start_mark && !w.tried.contains(&stored) => {
             tracing::error!(
                 %path,
                 stored_mark_ms = stored,
-                own_mark_ms = own,
-                "another process of this identity wrote a higher mark; stopping"
+                start_mark_ms = w.start_mark,
+                "another process of this identity wrote its mark; stopping"
             );
             forever.lost.store(true, Ordering::Release);
             Ok(None)
