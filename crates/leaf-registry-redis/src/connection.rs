@@ -1,7 +1,8 @@
 //! The connection to Redis shared by every call of a store or registry: opened on demand,
 //! checked by the durability guard every time it is opened (at start and after every
-//! reconnect), dropped on an I/O error or a timeout so that the next call opens a new one, and
-//! `WAIT` for replicas after writes.
+//! reconnect) and again every [`RECHECK`] while open (a replica that connects later, or a
+//! setting changed at run time, is found within that), dropped on an I/O error or a timeout
+//! so that the next call opens a new one, and `WAIT` for replicas after writes.
 //!
 //! The redis crate's `ConnectionManager` reconnects by itself, but offers no hook to run the
 //! guard on the new connection (only a RESP3 push channel); this small manager does.
@@ -10,6 +11,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex as StdMutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use leaf_core::{Error, Result};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -29,7 +31,12 @@ pub(crate) struct Connection {
     /// Whether a connection passed the guard once: failures before that are start-up failures
     /// (`Config`), after it outages (`Unavailable`).
     started: AtomicBool,
+    /// When the open connection last passed the guard.
+    checked: StdMutex<Instant>,
 }
+
+/// How often the guard checks the server of an open connection again.
+pub(crate) const RECHECK: Duration = Duration::from_secs(5);
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -92,6 +99,7 @@ impl Connection {
             current: StdMutex::default(),
             opening: tokio::sync::Mutex::new(()),
             started: AtomicBool::new(false),
+            checked: StdMutex::new(Instant::now()),
         })
     }
 
@@ -110,13 +118,25 @@ impl Connection {
         .map(drop)
     }
 
-    /// The open connection, or a new one that passed the guard.
+    /// The open connection (checked again by the guard once [`RECHECK`] has passed), or a new
+    /// one that passed the guard.
     async fn get(&self) -> Result<MultiplexedConnection> {
-        if let Some(c) = self.current.lock().expect("connection lock").clone() {
+        if let Some(c) = self.current.lock().expect("connection lock").clone()
+            && !self.recheck_due()
+        {
             return Ok(c);
         }
         let _opening = self.opening.lock().await;
-        if let Some(c) = self.current.lock().expect("connection lock").clone() {
+        let open = self.current.lock().expect("connection lock").clone();
+        if let Some(mut c) = open {
+            if !self.recheck_due() {
+                return Ok(c);
+            }
+            if let Err(e) = self.guard(&mut c, false).await {
+                self.reset();
+                return Err(e);
+            }
+            *self.checked.lock().expect("check lock") = Instant::now();
             return Ok(c);
         }
         let at_start = !self.started.load(Ordering::Acquire);
@@ -136,6 +156,7 @@ impl Connection {
             .await
             .map_err(map)?;
         self.guard(&mut conn, at_start).await?;
+        *self.checked.lock().expect("check lock") = Instant::now();
         self.started.store(true, Ordering::Release);
         *self.current.lock().expect("connection lock") = Some(conn.clone());
         tracing::debug!(url = %self.config.redacted_url(), "redis connection opened");
@@ -220,6 +241,13 @@ impl Connection {
             let public: Vec<&str> = problems.iter().map(|(_, p)| *p).collect();
             Err(Error::Unavailable(public.join("; ")))
         }
+    }
+
+    /// Whether the open connection's server is due for the guard again; never with
+    /// `accept_weak_durability`, whose guard only warns (once per connection is enough).
+    fn recheck_due(&self) -> bool {
+        !self.config.accept_weak_durability
+            && self.checked.lock().expect("check lock").elapsed() >= RECHECK
     }
 
     /// Forgets the open connection (the next call opens a new one).

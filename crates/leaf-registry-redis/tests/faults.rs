@@ -389,6 +389,87 @@ async fn writes_not_acknowledged_by_the_replicas_are_unavailable() {
         .expect("release");
 }
 
+/// The `INFO replication` field `field` of the server at `url`.
+async fn replication_field(url: &str, field: &str) -> Option<String> {
+    let text = match admin(url, &["INFO", "replication"]).await.ok()? {
+        redis::Value::BulkString(b) => String::from_utf8(b).ok()?,
+        redis::Value::VerbatimString { text, .. } => text,
+        _ => return None,
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_owned())
+}
+
+/// Waits (30 s at most) until the primary at `url` counts `n` connected replicas.
+async fn until_replicas(url: &str, n: u32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while replication_field(url, "connected_slaves").await != Some(n.to_string()) {
+        assert!(
+            Instant::now() < deadline,
+            "the primary never had {n} replica(s)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A replica that connects after the store's start-up (it was down, or added later) is found
+/// while the store serves: the guard runs again on the open connection, and writes that
+/// `wait_replicas = 0` would leave unacknowledged on it stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_connects_while_serving_is_found_by_the_guard() {
+    let (primary, replica) = redis_with_replica()
+        .await
+        .unwrap_or_else(|e| panic!("no Redis primary and replica for the test: {e}"));
+    let (url, replica_url) = (
+        primary.endpoint().url.clone(),
+        replica.endpoint().url.clone(),
+    );
+    until_replicas(&url, 1).await;
+    let master_host = replication_field(&replica_url, "master_host")
+        .await
+        .unwrap();
+    let master_port = replication_field(&replica_url, "master_port")
+        .await
+        .unwrap();
+    admin(&replica_url, &["REPLICAOF", "NO", "ONE"])
+        .await
+        .unwrap();
+    until_replicas(&url, 0).await;
+
+    let store = RedisStore::connect(&config_of(&namespace_on(&url)))
+        .await
+        .expect("no replica connected: the guard passes");
+    let t = new_tag(&store, "later", 10).await;
+    store.allocate(&t, None).await.expect("allocate");
+
+    admin(&replica_url, &["REPLICAOF", &master_host, &master_port])
+        .await
+        .unwrap();
+    until_replicas(&url, 1).await;
+    let deadline = Instant::now() + RECHECK_BOUND;
+    let e = loop {
+        match store.allocate(&t, None).await {
+            Ok(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "still allocating {RECHECK_BOUND:?} after a replica connected"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(&e, Error::Unavailable(m) if m.contains("wait_replicas")),
+        "{e}"
+    );
+}
+
+/// How long after a replica connects the guard must have found it: its re-check period (5 s)
+/// and the slack of a busy machine.
+const RECHECK_BOUND: Duration = Duration::from_secs(15);
+
 /// A primary with a connected replica is refused while `wait_replicas` is below the replica
 /// count (a failover could promote a replica that missed an acknowledged write), unless
 /// `accept_weak_durability`. With `WAIT 1` acknowledged, allocations and claims succeed, and
