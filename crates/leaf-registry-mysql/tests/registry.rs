@@ -222,6 +222,15 @@ async fn renewals_never_lower_the_server_mark() {
 /// The identity lock's session dies (a server-side KILL, a network cut) and another process
 /// with the same identity starts meanwhile: the first one's renewals then answer `LeaseLost`
 /// (it re-takes the lock in the background and finds it held), so the two never both issue.
+/// The connection id holding `identity`'s lock, if a session holds it.
+async fn lock_holder(admin: &mut MySqlConnection, identity: &NodeIdentity) -> Option<i64> {
+    sqlx::query_scalar("SELECT IS_USED_LOCK(CONCAT('leaf_workerid:', DATABASE(), '/', ?))")
+        .bind(identity.to_string())
+        .fetch_one(admin)
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_lost_to_another_process_loses_the_lease() {
     let fix = RegistryFix::new().await;
@@ -229,29 +238,16 @@ async fn a_lock_lost_to_another_process_loses_the_lease() {
     let a = fix.node().await;
     let lease = a.acquire(&request(me.clone(), 1023)).await.unwrap();
     let mut admin = raw(&fix.db.url).await;
-    let holder: Option<i64> =
-        sqlx::query_scalar("SELECT IS_USED_LOCK(CONCAT('leaf_workerid:', DATABASE(), '/', ?))")
-            .bind(me.to_string())
-            .fetch_one(&mut admin)
-            .await
-            .unwrap();
-    let holder = holder.expect("the first node holds its identity lock");
+    let holder = lock_holder(&mut admin, &me)
+        .await
+        .expect("the first node holds its identity lock");
     sqlx::query(sqlx::AssertSqlSafe(format!("KILL CONNECTION {holder}")))
         .execute(&mut admin)
         .await
         .unwrap();
     // The kill ends the session asynchronously: wait until the lock is free.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let holder: Option<i64> =
-            sqlx::query_scalar("SELECT IS_USED_LOCK(CONCAT('leaf_workerid:', DATABASE(), '/', ?))")
-                .bind(me.to_string())
-                .fetch_one(&mut admin)
-                .await
-                .unwrap();
-        if holder.is_none() {
-            break;
-        }
+    while lock_holder(&mut admin, &me).await.is_some() {
         assert!(
             std::time::Instant::now() < deadline,
             "the killed session kept its lock"
