@@ -10,259 +10,221 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use figment::value::{Dict, Value};
 use leaf_core::{Error, NodeIdentity, Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::config::{Alias, Config, fields_of, in_section, read};
+use crate::config::{Alias, Config, in_section, read};
 
-/// One backend table the configuration may hold: where it lives, the cargo feature that
-/// compiles its backend in, and, when compiled in, its defaults (the keys a `LEAF_` variable
-/// may name) and a check of a value.
+/// A backend the configuration may choose: a store (`segment.store = "mysql"`) or a workerId
+/// mode (`snowflake.mode = "zk_normal"`), the table it reads, the cargo feature that compiles it
+/// in and, when compiled in, its table's defaults (the keys a `LEAF_` variable may name) and a
+/// check of a table.
 #[derive(Clone, Copy)]
-pub(crate) struct Section {
-    /// `segment.mysql`, `snowflake.zk`, ...
+pub(crate) struct Backend {
+    /// The key that chooses it: `segment.store` or `snowflake.mode`.
+    key: &'static str,
+    /// The value of `key` that chooses it.
+    name: &'static str,
+    /// Its table: `segment.mysql`, `snowflake.zk`, ...
     pub path: &'static str,
-    /// The cargo feature (or features) that compile it in.
+    /// The cargo feature that compiles it in.
     pub feature: &'static str,
     /// The table's defaults, as the backend's type serialises them.
     pub defaults: Option<fn() -> Value>,
-    /// Reads and validates a table.
+    /// Reads a table at `path` and validates it by its backend's rules.
     check: Option<Check>,
 }
 
-/// Reads the table at a path and validates it by its backend's rules.
-type Check = fn(Option<&Value>, &'static str) -> Result<()>;
+/// Reads a table of a backend and validates it by the backend's rules.
+type Check = fn(Option<&Value>, &'static Backend) -> Result<()>;
 
-impl Section {
+impl Backend {
     /// The table's name within its section (`mysql` of `segment.mysql`).
-    pub(crate) fn name(&self) -> &'static str {
+    fn table(&self) -> &'static str {
         self.path.rsplit('.').next().unwrap_or(self.path)
     }
 
-    /// Whether its backend is compiled in.
+    /// Whether it is compiled in.
     pub(crate) fn compiled(&self) -> bool {
         self.check.is_some()
     }
+
+    /// It, when compiled in; otherwise a `Config` error naming the feature to build with.
+    fn built(&'static self) -> Result<&'static Self> {
+        if self.compiled() {
+            return Ok(self);
+        }
+        let (key, name, feature) = (self.key, self.name, self.feature);
+        Err(Error::Config(format!(
+            "{key} = \"{name}\" needs leaf-server built with the cargo feature `{feature}` \
+             (cargo build -p leaf-server --release --features {feature})"
+        )))
+    }
+
+    /// The keys of its table, when compiled in.
+    fn fields(&self) -> Vec<String> {
+        match self.defaults.map(|d| d()) {
+            Some(Value::Dict(_, d)) => d.into_keys().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// `e` with its fields named as keys of the table (see [`in_section`]).
+    fn keyed(&self, e: Error) -> Error {
+        in_section(e, self.path, &self.fields())
+    }
 }
 
-/// A [`Section`] of the backend type `$ty`, compiled in when `$cfg` holds.
-macro_rules! section {
-    ($path:literal, $feature:literal, $ty:ty, $($cfg:tt)*) => {
-        Section {
+/// The [`Backend`] `$key = $name` of the configuration type `$ty`, compiled in by the cargo
+/// feature `$feature`.
+macro_rules! backend {
+    ($key:literal = $name:literal, $path:literal, $feature:literal, $ty:ty) => {
+        Backend {
+            key: $key,
+            name: $name,
             path: $path,
             feature: $feature,
-            #[cfg($($cfg)*)]
-            defaults: Some(|| defaults_of::<$ty>()),
-            #[cfg(not($($cfg)*))]
+            #[cfg(feature = $feature)]
+            defaults: Some(|| {
+                Value::serialize(<$ty>::default()).unwrap_or_else(|_| Value::from(Dict::new()))
+            }),
+            #[cfg(not(feature = $feature))]
             defaults: None,
-            #[cfg($($cfg)*)]
-            check: Some(|value, path| read_backend::<$ty>(value, path, <$ty>::validate).map(drop)),
-            #[cfg(not($($cfg)*))]
+            #[cfg(feature = $feature)]
+            check: Some(|value, b| read_backend::<$ty>(value, b, <$ty>::validate).map(drop)),
+            #[cfg(not(feature = $feature))]
             check: None,
         }
     };
 }
 
-/// Every backend table, compiled in or not.
+/// Every backend, compiled in or not: the stores, then the workerId modes.
 #[rustfmt::skip]
-pub(crate) const SECTIONS: &[Section] = &[
-    section!("segment.sqlite", "sqlite", leaf_registry_local::SqliteStoreConfig, feature = "sqlite"),
-    section!("segment.mysql", "mysql", leaf_registry_mysql::MysqlConfig, feature = "mysql"),
-    section!("segment.postgres", "postgres", leaf_registry_postgres::PostgresConfig,
-        feature = "postgres"),
-    section!("segment.etcd", "etcd", leaf_registry_etcd::EtcdConfig, feature = "etcd"),
-    section!("segment.redis", "redis", leaf_registry_redis::RedisConfig, feature = "redis"),
-    section!("snowflake.local", "local", leaf_registry_local::LocalRegistryConfig, feature = "local"),
-    section!("snowflake.zk", "zk-normal or zk-recycle", leaf_registry_zk::ZkConfig,
-        any(feature = "zk-normal", feature = "zk-recycle")),
-    section!("snowflake.mysql", "mysql", leaf_registry_mysql::MysqlConfig, feature = "mysql"),
-    section!("snowflake.postgres", "postgres", leaf_registry_postgres::PostgresConfig,
-        feature = "postgres"),
-    section!("snowflake.etcd", "etcd", leaf_registry_etcd::EtcdConfig, feature = "etcd"),
-    section!("snowflake.redis", "redis", leaf_registry_redis::RedisConfig, feature = "redis"),
+pub(crate) const BACKENDS: &[Backend] = &[
+    backend!("segment.store" = "sqlite", "segment.sqlite", "sqlite", leaf_registry_local::SqliteStoreConfig),
+    backend!("segment.store" = "mysql", "segment.mysql", "mysql", leaf_registry_mysql::MysqlConfig),
+    backend!("segment.store" = "postgres", "segment.postgres", "postgres", leaf_registry_postgres::PostgresConfig),
+    backend!("segment.store" = "etcd", "segment.etcd", "etcd", leaf_registry_etcd::EtcdConfig),
+    backend!("segment.store" = "redis", "segment.redis", "redis", leaf_registry_redis::RedisConfig),
+    backend!("snowflake.mode" = "local", "snowflake.local", "local", leaf_registry_local::LocalRegistryConfig),
+    backend!("snowflake.mode" = "zk_normal", "snowflake.zk", "zk-normal", leaf_registry_zk::ZkConfig),
+    backend!("snowflake.mode" = "zk_recycle", "snowflake.zk", "zk-recycle", leaf_registry_zk::ZkConfig),
+    backend!("snowflake.mode" = "mysql", "snowflake.mysql", "mysql", leaf_registry_mysql::MysqlConfig),
+    backend!("snowflake.mode" = "postgres", "snowflake.postgres", "postgres", leaf_registry_postgres::PostgresConfig),
+    backend!("snowflake.mode" = "etcd", "snowflake.etcd", "etcd", leaf_registry_etcd::EtcdConfig),
+    backend!("snowflake.mode" = "redis", "snowflake.redis", "redis", leaf_registry_redis::RedisConfig),
 ];
 
-/// The workerId modes and the table each reads, with their features.
-const MODES: &[(&str, &str, &str)] = &[
-    ("local", "local", "local"),
-    ("zk_normal", "zk", "zk-normal"),
-    ("zk_recycle", "zk", "zk-recycle"),
-    ("mysql", "mysql", "mysql"),
-    ("postgres", "postgres", "postgres"),
-    ("etcd", "etcd", "etcd"),
-    ("redis", "redis", "redis"),
-];
-
-/// The [`Section`] at `path`.
-pub(crate) fn section(path: &str) -> Option<&'static Section> {
-    SECTIONS.iter().find(|s| s.path == path)
+/// The backend `key = "name"` chooses, compiled in or not; `Config` listing the known names
+/// when there is none.
+fn chosen(key: &str, name: &str) -> Result<&'static Backend> {
+    let of_key = || BACKENDS.iter().filter(move |b| b.key == key);
+    of_key().find(|b| b.name == name).ok_or_else(|| {
+        let known: Vec<&str> = of_key().map(|b| b.name).collect();
+        Error::Config(format!(
+            "{key} = \"{name}\" names no backend; one of {}",
+            known.join(", ")
+        ))
+    })
 }
 
-/// The keys of a compiled-in section's type.
-fn fields(s: &Section) -> Vec<String> {
-    match s.defaults.map(|d| d()) {
-        Some(Value::Dict(_, d)) => d.into_keys().collect(),
-        _ => Vec::new(),
-    }
+/// The chosen store, built; `Config` naming `segment.store` otherwise.
+fn store_backend(config: &Config) -> Result<&'static Backend> {
+    chosen("segment.store", &config.segment.store)?.built()
 }
 
+/// The chosen mode, built; `Config` naming `snowflake.mode` otherwise.
+fn mode_backend(config: &Config) -> Result<&'static Backend> {
+    chosen("snowflake.mode", &config.snowflake.mode)?.built()
+}
+
+/// The table `value` of `backend` as `C`, validated by `validate`; errors name the key.
 #[allow(dead_code, reason = "used by the backends compiled in")]
-fn defaults_of<C: Serialize + Default>() -> Value {
-    Value::serialize(C::default()).unwrap_or_else(|_| Value::from(Dict::new()))
-}
-
-/// The table `value` as `C`, validated by `validate`; errors name `path` and the field.
-#[allow(dead_code, reason = "used by the backends compiled in")]
-fn read_backend<C: DeserializeOwned + Serialize + Default>(
+fn read_backend<C: DeserializeOwned>(
     value: Option<&Value>,
-    path: &str,
+    backend: &Backend,
     validate: fn(&C) -> Result<()>,
 ) -> Result<C> {
-    let config: C = read(value, path)?;
-    validate(&config).map_err(|e| in_section(e, path, &fields_of::<C>()))?;
+    let config: C = read(value, backend.path)?;
+    validate(&config).map_err(|e| backend.keyed(e))?;
     Ok(config)
 }
 
-/// The error for a backend whose cargo feature is not compiled in.
-fn missing_feature(key: &str, value: &str, feature: &str) -> Error {
-    Error::Config(format!(
-        "{key} = \"{value}\" needs leaf-server built with the cargo feature `{feature}` \
-         (cargo build -p leaf-server --release --features {feature})"
-    ))
+/// Every table (or key) of the backends' sections, with its section's name.
+fn tables(config: &Config) -> impl Iterator<Item = (&'static str, &str, &Value)> {
+    let stores = config.segment.stores.iter().map(|(n, v)| ("segment", n, v));
+    stores.chain(
+        config
+            .snowflake
+            .backends
+            .iter()
+            .map(|(n, v)| ("snowflake", n, v)),
+    )
 }
 
-/// The error for `key = "value"` naming no backend this server knows.
-fn unknown(key: &str, value: &str, known: &[&str]) -> Error {
-    Error::Config(format!(
-        "{key} = \"{value}\" names no backend; one of {}",
-        known.join(", ")
-    ))
+/// The backend that reads the table at `path`: one compiled in, if any (both ZooKeeper modes
+/// read `snowflake.zk`).
+fn of_table(path: &str) -> Option<&'static Backend> {
+    let mut of_path = BACKENDS.iter().filter(|b| b.path == path);
+    of_path
+        .clone()
+        .find(|b| b.compiled())
+        .or_else(|| of_path.next())
 }
 
 /// Checks the backends' tables of `config` by their crates' rules, so that a bad value stops
-/// the configuration's load rather than the start: the chosen store's and mode's (aliases
-/// included) when their mode is enabled, and every other table present whose backend is
-/// compiled in. A table no backend has is an unknown key.
+/// the configuration's load rather than the start: the chosen store's (aliases included) when
+/// segment mode is enabled, and every other table present whose backend is compiled in. A
+/// table no backend has is an unknown key. A store or mode this build lacks is refused when the
+/// server starts, naming its feature; an unknown name here.
 pub(crate) fn check(config: &Config) -> Result<()> {
-    let (seg, sf) = (&config.segment, &config.snowflake);
-    let tables = seg.stores.iter().map(|(n, v)| ("segment", n, v));
-    for (head, name, value) in tables.chain(sf.backends.iter().map(|(n, v)| ("snowflake", n, v))) {
+    for (head, name, value) in tables(config) {
         let path = format!("{head}.{name}");
-        match section(&path) {
-            Some(s) if matches!(value, Value::Dict(..)) => {
-                if let Some(check) = s.check {
-                    check(Some(value), s.path)?;
+        match of_table(&path) {
+            Some(b) if matches!(value, Value::Dict(..)) => {
+                if let Some(check) = b.check {
+                    check(Some(value), b)?;
                 }
             }
-            _ if head == "segment" && crate::config::ALIASES.iter().any(|(k, _, _)| *k == name) => {
-            }
+            _ if head == "segment" && crate::config::ALIASES.iter().any(|a| a.0 == name) => {}
             _ => return Err(Error::Config(format!("key {path}: unknown field"))),
         }
     }
-    // A store or mode this build lacks is refused when the server starts, naming its feature;
-    // an unknown name here.
-    if seg.enabled
-        && let Chosen::Built(store) = choose_store(&seg.store)?
-    {
-        let value = with_aliases(store, seg.stores.get(store.name()), &seg.aliases()?)?;
+    let seg = &config.segment;
+    if seg.enabled {
+        let store = chosen("segment.store", &seg.store)?;
         if let Some(check) = store.check {
-            check(Some(&value), store.path).map_err(|e| alias_named(e, seg, store))?;
+            let value = with_aliases(store, seg.stores.get(store.table()), &seg.aliases()?)?;
+            check(Some(&value), store).map_err(|e| alias_named(e, seg, store))?;
         }
     }
-    if sf.enabled {
-        choose_mode(&sf.mode)?;
+    if config.snowflake.enabled {
+        chosen("snowflake.mode", &config.snowflake.mode)?;
     }
     Ok(())
 }
 
 /// The tables present whose backend this build does not have: ignored, with a warning.
 pub(crate) fn uncompiled(config: &Config) -> Vec<String> {
-    let segment = config
-        .segment
-        .stores
-        .iter()
-        .map(|(n, _)| format!("segment.{n}"));
-    let snowflake = config
-        .snowflake
-        .backends
-        .iter()
-        .map(|(n, _)| format!("snowflake.{n}"));
-    segment
-        .chain(snowflake)
-        .filter_map(|path| section(&path).filter(|s| !s.compiled()))
-        .map(|s| {
-            format!(
-                "[{}] is ignored: this build has no cargo feature {}",
-                s.path, s.feature
-            )
+    tables(config)
+        .map(|(head, name, _)| format!("{head}.{name}"))
+        .filter(|path| of_table(path).is_some_and(|b| !b.compiled()))
+        .map(|path| {
+            let of_path = BACKENDS.iter().filter(|b| b.path == path);
+            let features: Vec<&str> = of_path.map(|b| b.feature).collect();
+            let features = features.join(" or ");
+            format!("[{path}] is ignored: this build has no cargo feature {features}")
         })
         .collect()
 }
 
-/// A chosen backend: compiled in, or not (with the feature that would compile it in).
-enum Chosen {
-    Built(&'static Section),
-    Missing(&'static str),
-}
-
-impl Chosen {
-    /// The section; `Config` naming `key = "value"` and the feature when it is not built.
-    fn built(self, key: &str, value: &str) -> Result<&'static Section> {
-        match self {
-            Chosen::Built(s) => Ok(s),
-            Chosen::Missing(feature) => Err(missing_feature(key, value, feature)),
-        }
-    }
-}
-
-/// The chosen store; `Config` naming `segment.store` if the name is unknown.
-fn choose_store(store: &str) -> Result<Chosen> {
-    match section(&format!("segment.{store}")) {
-        Some(s) if s.compiled() => Ok(Chosen::Built(s)),
-        Some(s) => Ok(Chosen::Missing(s.feature)),
-        None => {
-            let known: Vec<&str> = SECTIONS
-                .iter()
-                .filter_map(|s| s.path.strip_prefix("segment."))
-                .collect();
-            Err(unknown("segment.store", store, &known))
-        }
-    }
-}
-
-/// The chosen mode's table; `Config` naming `snowflake.mode` if the name is unknown.
-fn choose_mode(mode: &str) -> Result<Chosen> {
-    let Some((_, table, feature)) = MODES.iter().find(|(m, _, _)| *m == mode) else {
-        let known: Vec<&str> = MODES.iter().map(|(m, _, _)| *m).collect();
-        return Err(unknown("snowflake.mode", mode, &known));
-    };
-    // The ZooKeeper modes share one table but not their features.
-    let compiled = (*feature != "zk-normal" || cfg!(feature = "zk-normal"))
-        && (*feature != "zk-recycle" || cfg!(feature = "zk-recycle"));
-    Ok(match section(&format!("snowflake.{table}")) {
-        Some(s) if compiled && s.compiled() => Chosen::Built(s),
-        _ => Chosen::Missing(feature),
-    })
-}
-
-/// The chosen store's section, built; `Config` naming `segment.store` otherwise.
-fn store_section(seg: &crate::config::SegmentSection) -> Result<&'static Section> {
-    choose_store(&seg.store)?.built("segment.store", &seg.store)
-}
-
-/// The chosen mode's section, built; `Config` naming `snowflake.mode` otherwise.
-fn mode_section(mode: &str) -> Result<&'static Section> {
-    choose_mode(mode)?.built("snowflake.mode", mode)
-}
-
 /// The store's table with the aliases of `[segment]` filled in where the store has the key and
 /// its table does not set it; an alias and the table disagreeing is a `Config` error.
-fn with_aliases(store: &Section, table: Option<&Value>, aliases: &[Alias]) -> Result<Value> {
+fn with_aliases(store: &Backend, table: Option<&Value>, aliases: &[Alias]) -> Result<Value> {
     let mut dict = match table {
         Some(Value::Dict(_, d)) => d.clone(),
         _ => Dict::new(),
     };
-    let fields = fields(store);
+    let fields = store.fields();
     for (alias, targets, value) in aliases {
         let Some(target) = targets.iter().find(|t| fields.iter().any(|f| f == *t)) else {
             continue;
@@ -295,32 +257,26 @@ fn same(a: &Value, b: &Value) -> bool {
 
 /// The store's configuration `C`, aliases filled in, validated.
 #[allow(dead_code, reason = "used by the stores compiled in")]
-fn store_config<C: DeserializeOwned + Serialize + Default>(
-    config: &Config,
-    validate: fn(&C) -> Result<()>,
-) -> Result<C> {
+fn store_config<C: DeserializeOwned>(config: &Config, validate: fn(&C) -> Result<()>) -> Result<C> {
     let seg = &config.segment;
-    let store = store_section(seg)?;
-    let table = seg.stores.get(store.name());
+    let store = store_backend(config)?;
+    let table = seg.stores.get(store.table());
     let value = with_aliases(store, table, &seg.aliases()?)?;
-    read_backend(Some(&value), store.path, validate)
+    read_backend(Some(&value), store, validate)
 }
 
 /// The mode's configuration `C` from `[snowflake.<table>]`, validated.
 #[allow(dead_code, reason = "used by the modes compiled in")]
-fn mode_config<C: DeserializeOwned + Serialize + Default>(
-    config: &Config,
-    validate: fn(&C) -> Result<()>,
-) -> Result<C> {
-    let s = mode_section(&config.snowflake.mode)?;
-    read_backend(config.snowflake.backends.get(s.name()), s.path, validate)
+fn mode_config<C: DeserializeOwned>(config: &Config, validate: fn(&C) -> Result<()>) -> Result<C> {
+    let b = mode_backend(config)?;
+    read_backend(config.snowflake.backends.get(b.table()), b, validate)
 }
 
 /// `e`, naming also the alias of the key it is about: the key the operator wrote, when an
 /// alias filled it in, or the alias an earlier version's configuration would use.
-fn alias_named(e: Error, seg: &crate::config::SegmentSection, store: &Section) -> Error {
+fn alias_named(e: Error, seg: &crate::config::SegmentSection, store: &Backend) -> Error {
     let Error::Config(m) = e else { return e };
-    let table = seg.stores.get(store.name());
+    let table = seg.stores.get(store.table());
     let set = seg.aliases().unwrap_or_default();
     let named = crate::config::ALIASES
         .iter()
@@ -373,14 +329,15 @@ pub(crate) async fn segment_store(config: &Config) -> Result<Arc<dyn SegmentStor
         #[cfg(feature = "redis")]
         "redis" => open_store!(leaf_registry_redis::RedisConfig, config),
         // Unknown, or not compiled in: the message says which.
-        _ => Err(store_section(&config.segment)
+        _ => Err(store_backend(config)
             .err()
             .unwrap_or_else(|| Error::Config("segment.store: no such store".into()))),
     }
 }
 
 /// The chosen store of configuration type `C`: read (aliases included) and validated, then
-/// opened with `open`, or deferred while it cannot be yet; errors name the table's keys.
+/// opened with `open`; errors name the table's keys. While it cannot be opened for a reason
+/// that may pass, a [`DeferredStore`](crate::deferred::DeferredStore) that opens it on use.
 #[allow(dead_code, reason = "used by the stores compiled in")]
 async fn store<C, F, Fut>(
     config: &Config,
@@ -389,52 +346,24 @@ async fn store<C, F, Fut>(
     open: F,
 ) -> Result<Arc<dyn SegmentStore>>
 where
-    C: DeserializeOwned + Serialize + Default + Clone + Send + Sync + 'static,
+    C: DeserializeOwned + Clone + Send + Sync + 'static,
     F: Fn(C, String) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Arc<dyn SegmentStore>>> + Send + 'static,
 {
-    let seg = &config.segment;
-    let section = store_section(seg)?;
-    let c: C = store_config(config, validate).map_err(|e| alias_named(e, seg, section))?;
+    let (seg, store) = (&config.segment, store_backend(config)?);
+    let c: C = store_config(config, validate).map_err(|e| alias_named(e, seg, store))?;
     let (caps, name) = (capabilities(&c), config.name.clone());
-    open_or_defer(section.name(), caps, move || open(c.clone(), name.clone()))
-        .await
-        .map_err(keyed::<C>(section.path))
-        .map_err(|e| alias_named(e, seg, section))
-}
-
-/// Puts the table's path in front of the `Config` errors of a backend of type `C`, which name
-/// its own fields.
-#[allow(dead_code, reason = "used by the backends compiled in")]
-fn keyed<C: Serialize + Default>(path: &'static str) -> impl Fn(Error) -> Error {
-    let fields = fields_of::<C>();
-    move |e| in_section(e, path, &fields)
-}
-
-/// `connect()`'s store; on a retryable failure, a [`DeferredStore`](crate::deferred::DeferredStore)
-/// of `kind` with `capabilities` that calls `connect` again on use.
-#[allow(dead_code, reason = "used by the stores compiled in")]
-async fn open_or_defer<F, Fut>(
-    kind: &'static str,
-    capabilities: StoreCapabilities,
-    connect: F,
-) -> Result<Arc<dyn SegmentStore>>
-where
-    F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Arc<dyn SegmentStore>>> + Send + 'static,
-{
+    let connect = move || open(c.clone(), name.clone());
     match connect().await {
-        Ok(store) => Ok(store),
+        Ok(opened) => Ok(opened),
         Err(e) if e.is_retryable() => {
+            let kind = store.table();
             tracing::warn!(store = kind, error = %e, "the segment store cannot be opened yet; retrying");
             let connect: crate::deferred::Connect = Box::new(move || Box::pin(connect()));
-            Ok(Arc::new(crate::deferred::DeferredStore::new(
-                kind,
-                capabilities,
-                connect,
-            )))
+            let deferred = crate::deferred::DeferredStore::new(kind, caps, connect);
+            Ok(Arc::new(deferred))
         }
-        Err(e) => Err(e),
+        Err(e) => Err(alias_named(store.keyed(e), seg, store)),
     }
 }
 
@@ -469,28 +398,42 @@ pub(crate) async fn worker_registry(config: &Config) -> Result<Arc<dyn WorkerIdR
 /// the cache file works while the server is down.
 pub(crate) async fn registry(config: &Config) -> Result<Registry> {
     let sf = &config.snowflake;
-    let (dir, name) = (sf.cache_dir.as_path(), config.name.as_str());
-    mode_section(&sf.mode)?;
+    #[allow(unused_variables, reason = "used by the modes compiled in")]
+    let (dir, name, backend) = (
+        sf.cache_dir.as_path(),
+        config.name.as_str(),
+        mode_backend(config)?,
+    );
     // A mode of the backend crate `$b` and configuration type `$ty`, which lists no peers.
     #[allow(unused_macros, reason = "used by the modes compiled in")]
     macro_rules! plain {
         ($b:ident :: $ty:ident) => {{
             let c = mode_config(config, $b::$ty::validate)?;
-            let path = mode_section(&sf.mode)?.path;
-            let worker = $b::open_registry(&c, dir, name).map_err(keyed::<$b::$ty>(path))?;
+            let worker = $b::open_registry(&c, dir, name).map_err(|e| backend.keyed(e))?;
             Ok(Registry {
                 worker,
                 peers: None,
             })
         }};
     }
+    // A ZooKeeper mode: it lists the peers too.
+    #[cfg(any(feature = "zk-normal", feature = "zk-recycle"))]
+    let zk = |mode| -> Result<Registry> {
+        let c = mode_config(config, leaf_registry_zk::ZkConfig::validate)?;
+        let worker = leaf_registry_zk::open_registry(&c, mode, dir, name);
+        let worker = worker.map_err(|e| backend.keyed(e))?;
+        Ok(Registry {
+            worker: worker.clone(),
+            peers: Some(worker),
+        })
+    };
     match sf.mode.as_str() {
         #[cfg(feature = "local")]
         "local" => plain!(leaf_registry_local::LocalRegistryConfig),
         #[cfg(feature = "zk-normal")]
-        "zk_normal" => zk_registry(config, leaf_registry_zk::ZkMode::Normal, dir, name),
+        "zk_normal" => zk(leaf_registry_zk::ZkMode::Normal),
         #[cfg(feature = "zk-recycle")]
-        "zk_recycle" => zk_registry(config, leaf_registry_zk::ZkMode::Recycle, dir, name),
+        "zk_recycle" => zk(leaf_registry_zk::ZkMode::Recycle),
         #[cfg(feature = "mysql")]
         "mysql" => plain!(leaf_registry_mysql::MysqlConfig),
         #[cfg(feature = "postgres")]
@@ -499,27 +442,11 @@ pub(crate) async fn registry(config: &Config) -> Result<Registry> {
         "etcd" => plain!(leaf_registry_etcd::EtcdConfig),
         #[cfg(feature = "redis")]
         "redis" => plain!(leaf_registry_redis::RedisConfig),
-        // Never reached: `mode_section` refused a mode not compiled in.
-        other => Err(unknown("snowflake.mode", other, &[])),
+        // Never reached: `mode_backend` refused a mode not compiled in.
+        other => Err(Error::Config(format!(
+            "snowflake.mode = \"{other}\": not compiled in"
+        ))),
     }
-}
-
-/// A ZooKeeper registry of `mode`; it lists the peers too.
-#[cfg(any(feature = "zk-normal", feature = "zk-recycle"))]
-fn zk_registry(
-    config: &Config,
-    mode: leaf_registry_zk::ZkMode,
-    dir: &std::path::Path,
-    name: &str,
-) -> Result<Registry> {
-    use leaf_registry_zk::ZkConfig as C;
-    let c = mode_config(config, C::validate)?;
-    let registry =
-        leaf_registry_zk::open_registry(&c, mode, dir, name).map_err(keyed::<C>("snowflake.zk"))?;
-    Ok(Registry {
-        worker: registry.clone(),
-        peers: Some(registry),
-    })
 }
 
 #[cfg(any(feature = "zk-normal", feature = "zk-recycle"))]
@@ -540,8 +467,8 @@ impl PeerDirectory for leaf_registry_zk::ZkRegistry {
 /// `work_id_map`, a TTL the generator cannot renew within), its fields named as the server's
 /// keys: the one generic place for them.
 pub(crate) fn mode_error(config: &Config, e: Error) -> Error {
-    match mode_section(&config.snowflake.mode) {
-        Ok(s) => in_section(e, s.path, &fields(s)),
+    match mode_backend(config) {
+        Ok(b) => b.keyed(e),
         Err(_) => e,
     }
 }
@@ -638,22 +565,18 @@ mod tests {
         }
         for feature in &backends {
             assert!(
-                SECTIONS
-                    .iter()
-                    .any(|s| s.feature.split(" or ").any(|f| f == *feature)),
-                "feature {feature} has no table in SECTIONS"
+                BACKENDS.iter().any(|b| b.feature == *feature),
+                "feature {feature} chooses no backend in BACKENDS"
             );
         }
-        for s in SECTIONS {
+        for b in BACKENDS {
             assert!(
-                s.feature.split(" or ").all(|f| backends.contains(&f)),
-                "{} names {}, not a backend feature of leaf-server",
-                s.path,
-                s.feature
+                backends.contains(&b.feature),
+                "{} = {:?} names {}, not a backend feature of leaf-server",
+                b.key,
+                b.name,
+                b.feature
             );
-        }
-        for (mode, _, feature) in MODES {
-            assert!(backends.contains(feature), "mode {mode}: feature {feature}");
         }
         let crates = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
             .unwrap()
@@ -670,7 +593,7 @@ mod tests {
     /// Each alias of `[segment]`, written as a `LEAF_` variable as earlier versions documented
     /// it, reaches the chosen store's key; `C` is the store's type.
     #[allow(dead_code, reason = "used by the stores compiled in")]
-    fn aliases_reach<C: DeserializeOwned + Serialize + Default>(
+    fn aliases_reach<C: DeserializeOwned + serde::Serialize>(
         store: &str,
         validate: fn(&C) -> Result<()>,
         cases: &[(&str, &str, &str)],

@@ -121,7 +121,7 @@ fn known_keys() -> KnownKeys {
         out.leaves.insert(key);
     }
     // Each backend's table, as its compiled-in type's defaults name the keys.
-    for section in crate::backend::SECTIONS {
+    for section in crate::backend::BACKENDS {
         if let Some(Value::Dict(_, d)) = section.defaults.map(|defaults| defaults()) {
             walk(section.path, &d, &mut out);
         }
@@ -197,13 +197,7 @@ fn describe(err: figment::Error) -> Error {
     let lines: Vec<String> = err
         .into_iter()
         .map(|e| {
-            let mut path = e.path.clone();
-            // figment puts an unknown field at the end of the path; serde alone would not.
-            if let figment::error::Kind::UnknownField(field, _) = &e.kind
-                && path.last() != Some(field)
-            {
-                path.push(field.clone());
-            }
+            let path = super::sections::error_path(&e);
             let key = path.join(".");
             let source = match &e.metadata {
                 Some(md) if md.name == "environment" => {
@@ -228,6 +222,7 @@ fn describe(err: figment::Error) -> Error {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::config::read;
     use leaf_core::SnowflakeLayout;
     use leaf_registry_local::LocalRegistryConfig;
 
@@ -240,7 +235,7 @@ pub(super) mod tests {
     /// The keys whose default is a number (the aliases count as numbers but `url`).
     pub(in crate::config) fn known_numeric_keys() -> BTreeSet<String> {
         let mut defaults = Figment::from(Serialized::defaults(Config::default()));
-        for section in crate::backend::SECTIONS {
+        for section in crate::backend::BACKENDS {
             if let Some(d) = section.defaults {
                 defaults = defaults.merge(Serialized::default(section.path, d()));
             }
@@ -269,11 +264,13 @@ pub(super) mod tests {
         let c = load(None, Vec::new()).unwrap().config;
         assert_eq!(c.server.listen.to_string(), "0.0.0.0:8080");
         assert_eq!(c.server.max_batch, 10_000);
-        let sqlite: leaf_registry_local::SqliteStoreConfig = c.segment.table("sqlite").unwrap();
+        let sqlite: leaf_registry_local::SqliteStoreConfig =
+            read(c.segment.stores.get("sqlite"), "segment.sqlite").unwrap();
         assert_eq!(sqlite.url, "sqlite://leaf-data/leaf.db");
         assert_eq!(c.segment.store, "sqlite");
         assert_eq!(c.snowflake.mode, "local");
-        let local: LocalRegistryConfig = c.snowflake.table("local").unwrap();
+        let local: LocalRegistryConfig =
+            read(c.snowflake.backends.get("local"), "snowflake.local").unwrap();
         assert_eq!(local.worker_id, 0);
         assert_eq!(c.snowflake.cache_dir, PathBuf::from("leaf-data"));
         assert_eq!(c.segment.seed_tags, vec!["leaf-segment-test".to_string()]);
@@ -294,7 +291,12 @@ pub(super) mod tests {
             }
             other => other,
         };
-        for section in crate::backend::SECTIONS {
+        // Each table once (the ZooKeeper modes share theirs).
+        let mut seen = BTreeSet::new();
+        for section in crate::backend::BACKENDS
+            .iter()
+            .filter(|b| seen.insert(b.path))
+        {
             let (head, name) = section.path.split_once('.').unwrap();
             let tables = match head {
                 "segment" => &mut c.segment.stores,
@@ -373,7 +375,7 @@ pub(super) mod tests {
             "log.level",
         ] {
             // A backend's keys are known when its crate is compiled in.
-            let uncompiled = crate::backend::SECTIONS
+            let uncompiled = crate::backend::BACKENDS
                 .iter()
                 .any(|s| key.starts_with(&format!("{}.", s.path)) && !s.compiled());
             assert!(known.contains(key) || uncompiled, "{key}");
@@ -403,7 +405,8 @@ pub(super) mod tests {
         assert_eq!(c.server.max_batch, 5, "file wins over defaults");
         assert!(!c.segment.enabled);
         assert_eq!(c.snowflake.mode, "zk_recycle");
-        let local: LocalRegistryConfig = c.snowflake.table("local").unwrap();
+        let local: LocalRegistryConfig =
+            read(c.snowflake.backends.get("local"), "snowflake.local").unwrap();
         assert_eq!(local.work_id_map.get("10.0.0.1:8080"), Some(&3));
         assert!(l.warnings.is_empty(), "{:?}", l.warnings);
     }
@@ -468,7 +471,8 @@ pub(super) mod tests {
         assert_eq!(c.server.admin_token, "12345");
         assert_eq!(c.name, "007");
         assert_eq!(c.snowflake.ip, "10.0.0.1");
-        let local: LocalRegistryConfig = c.snowflake.table("local").unwrap();
+        let local: LocalRegistryConfig =
+            read(c.snowflake.backends.get("local"), "snowflake.local").unwrap();
         assert_eq!(local.work_id_map.get("10.0.0.1:8080"), Some(&3));
         assert_eq!(c.segment.seed_tags, ["a", "b"]);
         assert!(!c.snowflake.enabled);

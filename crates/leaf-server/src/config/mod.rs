@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use load::{Loaded, load};
 pub use redact::redact_url;
-pub use sections::{Sections, fields_of, in_section, read};
+pub use sections::{Sections, in_section, read};
 pub use segment::{ALIASES, Alias, Range, SegmentSection};
 pub use snowflake::SnowflakeSection;
 
@@ -501,8 +501,11 @@ mod tests {
         }
         for ttl in [4000, 10_000] {
             let loaded = load_toml(&toml(ttl), &[]).unwrap_or_else(|e| panic!("{ttl}: {e}"));
-            let etcd: leaf_registry_etcd::EtcdConfig =
-                loaded.config.snowflake.table("etcd").unwrap();
+            let etcd: leaf_registry_etcd::EtcdConfig = read(
+                loaded.config.snowflake.backends.get("etcd"),
+                "snowflake.etcd",
+            )
+            .unwrap();
             assert_eq!(etcd.lease_ttl_ms, ttl);
         }
     }

@@ -64,19 +64,23 @@ impl Sections {
 pub fn read<C: DeserializeOwned>(value: Option<&Value>, path: &str) -> Result<C> {
     let empty = Value::from(Dict::new());
     value.unwrap_or(&empty).deserialize().map_err(|e| {
-        let mut key = path.to_owned();
-        for segment in &e.path {
-            key.push('.');
-            key.push_str(segment);
-        }
-        if let figment::error::Kind::UnknownField(field, _) = &e.kind
-            && e.path.last() != Some(field)
-        {
-            key.push('.');
-            key.push_str(field);
-        }
-        Error::Config(format!("key {key}: {}", e.kind))
+        let key: Vec<String> = std::iter::once(path.to_owned())
+            .chain(error_path(&e))
+            .collect();
+        Error::Config(format!("key {}: {}", key.join("."), e.kind))
     })
+}
+
+/// The path of the key a figment error is about. figment puts an unknown field at the end of
+/// the path; serde alone would not.
+pub(super) fn error_path(e: &figment::Error) -> Vec<String> {
+    let mut path = e.path.clone();
+    if let figment::error::Kind::UnknownField(field, _) = &e.kind
+        && path.last() != Some(field)
+    {
+        path.push(field.clone());
+    }
+    path
 }
 
 /// A backend's `Config` error names its own fields (`url ...`, `set accept_weak_durability =
@@ -101,14 +105,6 @@ pub fn in_section(err: Error, path: &str, fields: &[String]) -> Error {
         Error::Config(out)
     } else {
         Error::Config(format!("{path}: {out}"))
-    }
-}
-
-/// The keys of `C`'s table, from its defaults.
-pub fn fields_of<C: Serialize + Default>() -> Vec<String> {
-    match Value::serialize(C::default()) {
-        Ok(Value::Dict(_, d)) => d.into_keys().collect(),
-        _ => Vec::new(),
     }
 }
 

@@ -97,12 +97,6 @@ impl Default for SegmentSection {
 }
 
 impl SegmentSection {
-    /// The table `[segment.<name>]` as the store type `C` (its defaults where the table is
-    /// absent), without the aliases and the store's own checks.
-    pub fn table<C: serde::de::DeserializeOwned>(&self, name: &str) -> Result<C> {
-        super::read(self.stores.get(name), &format!("segment.{name}"))
-    }
-
     /// The aliases set in `[segment]` (see [`ALIASES`]), checked: text for `url`, numbers
     /// within their range; errors name the key.
     pub fn aliases(&self) -> Result<Vec<Alias>> {

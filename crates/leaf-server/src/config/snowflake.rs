@@ -173,12 +173,6 @@ impl SnowflakeSection {
         Ok(())
     }
 
-    /// The table `[snowflake.<name>]` as the backend type `C` (its defaults where the table is
-    /// absent), without the backend's own checks.
-    pub fn table<C: serde::de::DeserializeOwned>(&self, name: &str) -> Result<C> {
-        super::read(self.backends.get(name), &format!("snowflake.{name}"))
-    }
-
     /// Checks `layout` against the wall clock `now_ms`; `Config` naming the key.
     pub fn check_layout_now(layout: &SnowflakeLayout, now_ms: u64) -> Result<()> {
         layout.check_now(now_ms).map_err(|e| keyed("snowflake", e))
