@@ -224,6 +224,7 @@ pub(super) mod tests {
     use super::*;
     use crate::config::read;
     use leaf_core::SnowflakeLayout;
+    #[cfg(feature = "local")]
     use leaf_registry_local::LocalRegistryConfig;
 
     pub(in crate::config) fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -259,6 +260,7 @@ pub(super) mod tests {
         load(Some(&path), env(vars))
     }
 
+    #[cfg(all(feature = "sqlite", feature = "local"))]
     #[test]
     fn defaults_are_the_designs() {
         let c = load(None, Vec::new()).unwrap().config;
@@ -385,6 +387,7 @@ pub(super) mod tests {
         assert!(!known.contains("snowflake.local.work_id_mapx"));
     }
 
+    #[cfg(all(feature = "sqlite", feature = "local"))]
     #[test]
     fn file_then_environment() {
         let l = load_toml(
@@ -450,6 +453,7 @@ pub(super) mod tests {
         assert!(l.warnings[0].contains("LEAF_SERVER__LISEN"));
     }
 
+    #[cfg(all(feature = "sqlite", feature = "local"))]
     #[test]
     fn text_keys_take_environment_values_as_written() {
         let c = load(
