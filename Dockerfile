@@ -14,7 +14,7 @@
 ARG RUST_VERSION=1
 
 FROM rust:${RUST_VERSION}-bookworm AS builder
-ARG FEATURES=mysql,postgres,zk-normal,zk-recycle,etcd,redis
+ARG FEATURES=all-backends
 # etcd-client compiles etcd's protobufs with protoc.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends protobuf-compiler \

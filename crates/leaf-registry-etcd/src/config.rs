@@ -145,6 +145,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_number_is_bounded_and_named() {
+        // A whole number of seconds (etcd's rule): the bounds are multiples of 1000.
+        leaf_testkit::config::assert_bounds::<EtcdConfig>(
+            EtcdConfig::validate,
+            &[
+                ("timeout_ms", 1, 3_600_000),
+                ("lease_ttl_ms", 1_000, 86_400_000),
+            ],
+        );
+    }
+
+    #[test]
     fn defaults_match_the_documented_ones() {
         let c = EtcdConfig::default();
         assert_eq!(c.endpoints, ["http://127.0.0.1:2379"]);

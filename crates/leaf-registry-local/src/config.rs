@@ -121,6 +121,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_number_is_bounded_and_named() {
+        leaf_testkit::config::assert_bounds::<SqliteStoreConfig>(
+            SqliteStoreConfig::validate,
+            &[
+                ("max_connections", 1, 1_000),
+                ("busy_timeout_ms", 0, 3_600_000),
+            ],
+        );
+    }
+
+    #[test]
     fn defaults_match_the_documented_ones() {
         let c = SqliteStoreConfig::default();
         assert_eq!(c.url, "sqlite://leaf-data/leaf.db");

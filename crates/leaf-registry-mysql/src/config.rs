@@ -188,6 +188,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_number_is_bounded_and_named() {
+        leaf_testkit::config::assert_bounds::<MysqlConfig>(
+            MysqlConfig::validate,
+            &[
+                ("max_connections", 1, 1_000),
+                ("connect_timeout_ms", 0, 3_600_000),
+                ("timeout_ms", 0, 3_600_000),
+                ("lock_wait_timeout_s", 1, 3_600),
+            ],
+        );
+    }
+
+    #[test]
     fn defaults_match_the_documented_ones() {
         let c = MysqlConfig::default();
         assert_eq!(c.url, "mysql://root@127.0.0.1:3306/leaf");

@@ -234,48 +234,14 @@ mod tests {
 
     #[test]
     fn every_number_is_bounded_and_named() {
-        let check = |c: PostgresConfig, field: &str| {
-            let e = c.validate().unwrap_err();
-            assert!(
-                matches!(&e, Error::Config(m) if m.contains(field)),
-                "{field}: {e}"
-            );
-        };
-        let d = PostgresConfig::default;
-        check(
-            PostgresConfig {
-                max_connections: 0,
-                ..d()
-            },
-            "max_connections",
-        );
-        check(
-            PostgresConfig {
-                max_connections: 1001,
-                ..d()
-            },
-            "max_connections",
-        );
-        check(
-            PostgresConfig {
-                connect_timeout_ms: 0,
-                ..d()
-            },
-            "connect_timeout_ms",
-        );
-        check(
-            PostgresConfig {
-                timeout_ms: 0,
-                ..d()
-            },
-            "timeout_ms",
-        );
-        check(
-            PostgresConfig {
-                lock_timeout_ms: 3_600_001,
-                ..d()
-            },
-            "lock_timeout_ms",
+        leaf_testkit::config::assert_bounds::<PostgresConfig>(
+            PostgresConfig::validate,
+            &[
+                ("max_connections", 1, 1_000),
+                ("connect_timeout_ms", 1, 3_600_000),
+                ("timeout_ms", 1, 3_600_000),
+                ("lock_timeout_ms", 1, 3_600_000),
+            ],
         );
     }
 

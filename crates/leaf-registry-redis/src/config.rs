@@ -174,6 +174,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_number_is_bounded_and_named() {
+        leaf_testkit::config::assert_bounds::<RedisConfig>(
+            RedisConfig::validate,
+            &[
+                ("connect_timeout_ms", 1, 3_600_000),
+                ("timeout_ms", 1, 3_600_000),
+                ("wait_replicas", 0, 1_000),
+                ("wait_timeout_ms", 1, 3_600_000),
+                ("lease_ttl_ms", 1, 86_400_000),
+            ],
+        );
+    }
+
+    #[test]
     fn defaults_match_the_documented_ones() {
         let c = RedisConfig::default();
         assert_eq!(c.url, "redis://127.0.0.1:6379");

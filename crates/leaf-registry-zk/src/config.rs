@@ -123,6 +123,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_number_is_bounded_and_named() {
+        leaf_testkit::config::assert_bounds::<ZkConfig>(
+            ZkConfig::validate,
+            &[
+                ("session_timeout_ms", 1_000, 3_600_000),
+                ("recycle_idle_timeout_ms", 1, 86_400_000),
+                ("max_peer_skew_ms", 0, 86_400_000),
+            ],
+        );
+    }
+
+    #[test]
     fn defaults_match_the_documented_ones() {
         let c = ZkConfig::default();
         assert_eq!(c.address, "127.0.0.1:2181");

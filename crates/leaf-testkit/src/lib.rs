@@ -3,6 +3,7 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod config;
 #[cfg(feature = "provision")]
 pub mod faults;
 pub mod fixture;

@@ -222,10 +222,10 @@ fn describe(err: figment::Error) -> Error {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::config::read;
-    use leaf_core::SnowflakeLayout;
     #[cfg(feature = "local")]
     use leaf_registry_local::LocalRegistryConfig;
+    #[cfg(all(feature = "sqlite", feature = "local"))]
+    use {crate::config::read, leaf_core::SnowflakeLayout};
 
     pub(in crate::config) fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
         vars.iter()
