@@ -128,6 +128,13 @@ mod tests {
                 ("max_connections", 1, 1_000),
                 ("busy_timeout_ms", 0, 3_600_000),
             ],
+            &[],
+        );
+        // The worker id and its offset are held to the layout when the id is taken.
+        leaf_testkit::config::assert_bounds::<LocalRegistryConfig>(
+            LocalRegistryConfig::validate,
+            &[],
+            &["worker_id", "worker_id_offset"],
         );
     }
 

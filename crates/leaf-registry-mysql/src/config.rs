@@ -197,6 +197,7 @@ mod tests {
                 ("timeout_ms", 0, 3_600_000),
                 ("lock_wait_timeout_s", 1, 3_600),
             ],
+            &[],
         );
     }
 

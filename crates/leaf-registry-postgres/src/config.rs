@@ -242,6 +242,7 @@ mod tests {
                 ("timeout_ms", 1, 3_600_000),
                 ("lock_timeout_ms", 1, 3_600_000),
             ],
+            &[],
         );
     }
 

@@ -184,6 +184,7 @@ mod tests {
                 ("wait_timeout_ms", 1, 3_600_000),
                 ("lease_ttl_ms", 1, 86_400_000),
             ],
+            &[],
         );
     }
 

@@ -131,6 +131,7 @@ mod tests {
                 ("recycle_idle_timeout_ms", 1, 86_400_000),
                 ("max_peer_skew_ms", 0, 86_400_000),
             ],
+            &[],
         );
     }
 

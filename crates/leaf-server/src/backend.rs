@@ -163,7 +163,7 @@ fn tables(config: &Config) -> impl Iterator<Item = (&'static str, &str, &Value)>
 
 /// The backend that reads the table at `path`: one compiled in, if any (both ZooKeeper modes
 /// read `snowflake.zk`).
-fn of_table(path: &str) -> Option<&'static Backend> {
+pub(crate) fn of_table(path: &str) -> Option<&'static Backend> {
     let mut of_path = BACKENDS.iter().filter(|b| b.path == path);
     of_path
         .clone()
