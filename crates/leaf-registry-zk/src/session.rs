@@ -202,10 +202,8 @@ impl Session {
         let client = self.client().await?;
         bounded(self.timeout, "deleting an ephemeral node", async {
             match client.check_stat(path).await {
-                Ok(Some(stat))
-                    if stat.ephemeral_owner == client.session_id().0
-                        || self.opened_by_me(stat.ephemeral_owner) =>
-                {
+                // The current session is among those opened.
+                Ok(Some(stat)) if self.opened_by_me(stat.ephemeral_owner) => {
                     match client.delete(path, Some(stat.version)).await {
                         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
                         Err(e) => Err(map_zk(e, path)),

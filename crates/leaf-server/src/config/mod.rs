@@ -403,10 +403,8 @@ mod tests {
 
     /// Whether `key` is in a backend's table (`segment.mysql.timeout_ms`).
     fn in_backend_table(key: &str) -> bool {
-        let tables = crate::backend::BACKENDS.iter();
-        tables
-            .clone()
-            .any(|b| key.starts_with(&format!("{}.", b.path)))
+        let mut tables = crate::backend::BACKENDS.iter();
+        tables.any(|b| key.starts_with(&format!("{}.", b.path)))
     }
 
     #[test]
