@@ -437,7 +437,10 @@ async fn a_replica_that_connects_while_serving_is_found_by_the_guard() {
         .unwrap();
     until_replicas(&url, 0).await;
 
-    let store = RedisStore::connect(&config_of(&namespace_on(&url)))
+    // Bound to a name: a temporary namespace would be dropped at the end of the statement and
+    // its keys deleted in the background, under the test's feet.
+    let ns = namespace_on(&url);
+    let store = RedisStore::connect(&config_of(&ns))
         .await
         .expect("no replica connected: the guard passes");
     let t = new_tag(&store, "later", 10).await;
