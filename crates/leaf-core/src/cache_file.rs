@@ -376,13 +376,6 @@ pub(crate) fn cached_lease(
             r.worker_id, req.identity, req.max_worker_id
         )));
     }
-    tracing::warn!(
-        mode,
-        worker_id = r.worker_id,
-        mark_ms = r.mark_ms,
-        error = %cause,
-        "registry unreachable: starting from the worker id cache file"
-    );
     Ok(Lease::new(
         r.worker_id,
         (r.mark_ms > 0).then_some(r.mark_ms),

@@ -6,8 +6,9 @@
 //! `acquire` and merged with what the backend knows, written and fsynced at every renewal
 //! (that write is what makes a mark durable), and the last timestamp issued written at a
 //! graceful release. A recycling backend's TTL is checked against the caller's timing before
-//! anything is contacted, and a non-recycling backend that cannot be reached at start-up starts
-//! from the file, under the same start-up time check. The backends keep only what differs: how
+//! anything is contacted, and a non-recycling backend whose server cannot be reached at all at
+//! start-up ([`ClaimError::Unreachable`]) may start from the file, under the same start-up time
+//! check; a claim that reached its server never does. The backends keep only what differs: how
 //! an id is claimed, renewed and given back on their server.
 
 use std::fmt;
@@ -21,6 +22,53 @@ use crate::{
     AcquireRequest, CacheRecord, Error, Lease, RegistryCapabilities, Renewal, Result,
     WorkerIdRegistry,
 };
+
+/// Why a claim failed: whether the backend's server was reached at all.
+#[derive(Debug)]
+pub enum ClaimError {
+    /// No connection to the server could be made (refused, timed out, no route, a name that
+    /// does not resolve). The only failure after which a non-recycling mode may start from its
+    /// cache file (Leaf's weak dependency on its server), and only if the backend agrees
+    /// ([`WorkerIdBackend::resume_offline`]).
+    Unreachable(Error),
+    /// Anything else: the server was reached and the claim failed there (a lock another
+    /// session holds, a wait that ran out, a refused query), or it was refused before any
+    /// server was asked. Never a start from the cache file.
+    Failed(Error),
+}
+
+impl ClaimError {
+    /// The error itself.
+    pub fn into_error(self) -> Error {
+        match self {
+            ClaimError::Unreachable(e) | ClaimError::Failed(e) => e,
+        }
+    }
+
+    /// `e` as [`Unreachable`](ClaimError::Unreachable) if it is retryable (an outage), else
+    /// as [`Failed`](ClaimError::Failed) (refused credentials are a mistake, not an outage).
+    pub fn unreachable(e: Error) -> Self {
+        if e.is_retryable() {
+            ClaimError::Unreachable(e)
+        } else {
+            ClaimError::Failed(e)
+        }
+    }
+}
+
+impl From<Error> for ClaimError {
+    fn from(e: Error) -> Self {
+        ClaimError::Failed(e)
+    }
+}
+
+impl fmt::Display for ClaimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClaimError::Unreachable(e) | ClaimError::Failed(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
 
 /// The server side of a workerId mode: what [`CachedRegistry`] calls, between its own reads and
 /// writes of the cache file. The contract is [`WorkerIdRegistry`]'s, less the cache file:
@@ -71,20 +119,25 @@ pub trait WorkerIdBackend: Send + Sync + fmt::Debug {
     }
 
     /// Claims a worker id for `req.identity`: the lease, its `prev_mark_ms` as the backend
-    /// knows it (the cache file's is merged in by the caller).
-    async fn claim(&self, req: &AcquireRequest) -> Result<Lease>;
+    /// knows it (the cache file's is merged in by the caller). A failure says whether the
+    /// server was reached ([`ClaimError`]); `?` on an [`Error`] makes it
+    /// [`Failed`](ClaimError::Failed).
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease, ClaimError>;
 
-    /// A non-recycling backend could not be reached (`claim` failed with a retryable error) and
-    /// the node starts from the cache file with `lease` (its worker id and mark): the backend
-    /// prepares to find its server again (to take its identity lock on the first renewal that
-    /// reaches it, say). The default refuses, as a recycling backend must: its id may have been
-    /// recycled meanwhile.
-    async fn resume_offline(&self, req: &AcquireRequest, lease: Lease) -> Result<Lease> {
+    /// A non-recycling backend's server could not be reached (`claim` failed with
+    /// [`ClaimError::Unreachable`] `cause`) and the cache file holds `lease` (its worker id and
+    /// mark): the backend either prepares to find its server again (to take its identity lock
+    /// on the first renewal that reaches it, say) and the node starts from the file, or refuses
+    /// (a fence that needs the server for every mark). The default refuses with `cause`, as a
+    /// recycling backend must: its id may have been recycled meanwhile.
+    async fn resume_offline(
+        &self,
+        req: &AcquireRequest,
+        lease: Lease,
+        cause: Error,
+    ) -> Result<Lease> {
         let _ = (req, lease);
-        Err(Error::Unavailable(format!(
-            "the {} registry cannot be reached",
-            self.mode()
-        )))
+        Err(cause)
     }
 
     /// Writes `mark_ms` for `lease` to the server (where it keeps one) and extends the lease.
@@ -168,7 +221,11 @@ impl<B: WorkerIdBackend> WorkerIdRegistry for CachedRegistry<B> {
         if self.backend.reclaims_in_place()
             && let Some((id, file)) = held.held().map(|(id, f)| (id, f.clone()))
         {
-            let claimed = self.backend.claim(req).await?;
+            let claimed = self
+                .backend
+                .claim(req)
+                .await
+                .map_err(ClaimError::into_error)?;
             if claimed.worker_id == id {
                 let prev_mark_ms = merge_marks(id, claimed.prev_mark_ms, file.read().await?);
                 let lease = Lease {
@@ -185,13 +242,24 @@ impl<B: WorkerIdBackend> WorkerIdRegistry for CachedRegistry<B> {
             .await?;
         let claimed = match self.backend.claim(req).await {
             Ok(lease) => lease,
-            Err(e) if e.is_retryable() && !self.backend.capabilities().recycles => {
+            // Only a server that could not be reached at all: once a claim reached it, a lock
+            // another session holds or a wait that ran out means another live process may
+            // hold this identity, and starting from the file would issue its IDs.
+            Err(ClaimError::Unreachable(e)) if !self.backend.capabilities().recycles => {
                 let lease = cached_lease(cache.path(), cached, req, self.backend.mode(), &e)?;
-                let lease = self.backend.resume_offline(req, lease).await?;
+                let cause = e.to_string();
+                let lease = self.backend.resume_offline(req, lease, e).await?;
+                tracing::warn!(
+                    mode = self.backend.mode(),
+                    worker_id = lease.worker_id,
+                    mark_ms = ?lease.prev_mark_ms,
+                    error = %cause,
+                    "registry unreachable: starting from the worker id cache file"
+                );
                 held.hold(&lease, cache);
                 return Ok(lease);
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into_error()),
         };
         let worker_id = claimed.worker_id;
         let mut prev_mark_ms = merge_marks(worker_id, claimed.prev_mark_ms, cached);
@@ -280,8 +348,9 @@ mod tests {
     struct Fake {
         recycles: bool,
         ttl: Option<Duration>,
-        /// The claim's answer: a mark, or a retryable failure.
-        claim: Mutex<Option<Result<Option<u64>>>>,
+        /// The claim's answer: a mark, a failure on the server (`Ok(Err)`), or no server
+        /// reached (`Err`).
+        claim: Mutex<Option<Result<Result<Option<u64>>>>>,
         calls: Mutex<Vec<String>>,
         lose: Mutex<bool>,
     }
@@ -309,12 +378,21 @@ mod tests {
         fn lease_ttl(&self) -> Option<(Duration, &'static str)> {
             self.ttl.map(|t| (t, "lease_ttl_ms"))
         }
-        async fn claim(&self, _req: &AcquireRequest) -> Result<Lease> {
+        async fn claim(&self, _req: &AcquireRequest) -> Result<Lease, ClaimError> {
             self.log("claim".into());
-            let answer = self.claim.lock().unwrap().take().unwrap_or(Ok(None));
-            answer.map(|mark| Lease::new(7, mark))
+            let answer = self.claim.lock().unwrap().take().unwrap_or(Ok(Ok(None)));
+            match answer {
+                Ok(Ok(mark)) => Ok(Lease::new(7, mark)),
+                Ok(Err(e)) => Err(ClaimError::Failed(e)),
+                Err(e) => Err(ClaimError::Unreachable(e)),
+            }
         }
-        async fn resume_offline(&self, _req: &AcquireRequest, lease: Lease) -> Result<Lease> {
+        async fn resume_offline(
+            &self,
+            _req: &AcquireRequest,
+            lease: Lease,
+            _cause: Error,
+        ) -> Result<Lease> {
             self.log(format!("resume {:?}", lease.prev_mark_ms));
             Ok(lease)
         }
@@ -350,7 +428,7 @@ mod tests {
     async fn a_lease_merges_the_cached_mark_and_every_renewal_writes_the_highest() {
         let dir = tempfile::tempdir().unwrap();
         let fake = Fake::default();
-        *fake.claim.lock().unwrap() = Some(Ok(Some(500)));
+        *fake.claim.lock().unwrap() = Some(Ok(Ok(Some(500))));
         let r = CachedRegistry::new(fake, dir.path());
         let lease = r.acquire(&req()).await.unwrap();
         assert_eq!((lease.worker_id, lease.prev_mark_ms), (7, Some(500)));
@@ -380,13 +458,13 @@ mod tests {
 
         // A restart: the cached mark is above what the backend knows.
         let fake = Fake::default();
-        *fake.claim.lock().unwrap() = Some(Ok(Some(100)));
+        *fake.claim.lock().unwrap() = Some(Ok(Ok(Some(100))));
         let r = CachedRegistry::new(fake, dir.path());
         assert_eq!(r.acquire(&req()).await.unwrap().prev_mark_ms, Some(850));
     }
 
     #[tokio::test]
-    async fn an_unreachable_backend_starts_from_the_file_unless_it_recycles() {
+    async fn only_an_unreachable_backend_starts_from_the_file_and_never_a_recycling_one() {
         let dir = tempfile::tempdir().unwrap();
         let down = || Some(Err(Error::Unavailable("down".into())));
         // No file yet: nothing to start from.
@@ -413,6 +491,23 @@ mod tests {
         assert_eq!((lease.worker_id, lease.prev_mark_ms), (7, Some(600)));
         assert_eq!(r.backend().calls(), ["claim", "resume Some(600)"]);
         drop(r);
+        // A claim that reached the server and failed there (a lock another session holds, a
+        // wait that ran out) never does, retryable or not.
+        for failure in [
+            Error::Unavailable("the lock wait ran out".into()),
+            Error::AlreadyExists("held".into()),
+        ] {
+            let fake = Fake::default();
+            *fake.claim.lock().unwrap() = Some(Ok(Err(failure)));
+            let r = CachedRegistry::new(fake, dir.path());
+            let e = r.acquire(&req()).await.unwrap_err();
+            assert!(
+                matches!(&e, Error::Unavailable(m) | Error::AlreadyExists(m)
+                    if m == "the lock wait ran out" || m == "held"),
+                "{e}"
+            );
+            assert_eq!(r.backend().calls(), ["claim"], "no start from the file");
+        }
         // A recycling backend never does: its id may have been recycled meanwhile.
         let fake = Fake {
             recycles: true,

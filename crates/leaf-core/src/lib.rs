@@ -13,7 +13,7 @@ mod store;
 mod tag;
 
 pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord};
-pub use cached::{CachedRegistry, WorkerIdBackend};
+pub use cached::{CachedRegistry, ClaimError, WorkerIdBackend};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, bounded};
 pub use error::{Error, Result, check_bounds};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS, format_utc_ms, utc_parts};
@@ -22,7 +22,9 @@ pub use registry::{
     AcquireRequest, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity, RegistryCapabilities,
     Renewal, WorkerIdRegistry, min_lease_ttl,
 };
-pub use session_lock::{Held, HeldIdentity, LockAttempt, SessionLock};
+pub use session_lock::{
+    Held, HeldIdentity, IdentitySettings, MarkWrite, SessionLock, session_idle_limit,
+};
 pub use store::{
     Allocation, DEFAULT_STEP, MAX_DESCRIPTION_CHARS, MAX_STEP, NewTag, SegmentStore,
     StoreCapabilities, TagRecord, TagUpdate, clamp_step, validate_step,

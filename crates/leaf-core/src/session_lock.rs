@@ -1,24 +1,36 @@
 //! [`HeldIdentity`]: how a non-recycling workerId mode on a database (`mysql`, `postgres`) holds
 //! its node identity while it runs, written once: a lock that lives as long as one server
 //! session (a dedicated connection), and the database's copy of the time mark written on that
-//! session in the background. The backend says how to open a session and take the lock, and
-//! how to raise the mark ([`SessionLock`]); the order of things lives here.
+//! session. The backend says how to open a session, take the lock and read and write the mark
+//! ([`SessionLock`]); the order of things lives here.
 //!
 //! - At a claim the lock is taken before the identity's row is read or inserted, so that two
 //!   processes with one identity never both start; a start waits a moment for a crashed
-//!   predecessor's session to end. An abandoned lease keeps its lock, and the next claim of the
-//!   same identity reuses it.
-//! - A renewal answers at once (the cache file is the durable record) and writes the mark on
-//!   the lock's session in the background, at most one write at a time. If that session is
-//!   gone, the write opens another and takes the lock again without waiting; if another
-//!   process holds it by then, the lease is lost and every later renewal says so.
-//! - A start from the cache file (the server down) holds the lock's name only: the first
-//!   renewal that reaches the server takes it.
-//! - The release waits for a write in flight, stops later ones (so that the final mark, which
-//!   may be below the last renewal's, stays), lets the backend write the final mark, and ends
-//!   the session, which frees the lock.
+//!   predecessor's session to end. A session that cannot be opened at all is
+//!   [`ClaimError::Unreachable`] (the one case a start from the cache file is allowed, and only
+//!   without the fence); a lock another session holds, or a wait that ran out, is never that.
+//!   Each step is bounded: the connection by `connect_timeout`, the lock by its wait plus
+//!   `timeout`. An abandoned lease keeps its lock, and the next claim of the same identity
+//!   reuses it.
+//! - The session's idle limit is set on the server ([`session_idle_limit`]), so that a lock
+//!   never outlives its process by more than that, whatever became of the process.
+//! - Without `fence_on_disconnect` a renewal answers at once (the cache file is the durable
+//!   record) and writes the mark on the lock's session in the background, at most one write at
+//!   a time. With it, a renewal writes the mark on the lock's session before it answers, and
+//!   counts only once the write committed there: the generator never issues past a mark the
+//!   database holds under this node's lock, so a node cut off from its database stops within
+//!   its mark window, and a later holder (which reads the row after taking the lock) starts
+//!   above everything this one issued.
+//! - If the lock's session is gone, the next write opens another and takes the lock again
+//!   without waiting, then reads the stored mark: if another process took the lock meanwhile,
+//!   or wrote a mark this node never sent (it held the identity while this node's lock was
+//!   gone, and released it), the lease is lost and every later renewal says so.
+//! - A start from the cache file (the server unreachable, the fence off) holds the lock's name
+//!   only: the first write that reaches the server takes it.
+//! - The release waits for a write in flight, stops later ones, writes the final mark (which may
+//!   be below the last renewal's) on the lock's session, and ends the session, which frees the
+//!   lock: the final mark never lands after the lock is free.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -26,42 +38,74 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
-use crate::{Renewal, Result, bounded};
+use crate::{ClaimError, Error, Renewal, Result, bounded};
 
-/// When a lock is tried.
+/// How a mark write treats the stored mark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LockAttempt {
-    /// At a claim: wait up to this long for another session's lock to be freed (a crashed
-    /// predecessor's session ends when the server notices its closed connection). Errors are
-    /// start-up errors: refused credentials are a configuration mistake.
-    Start(Duration),
-    /// In a renewal, after the lock's session was lost: never wait. Errors are outages.
-    Renewal,
+pub enum MarkWrite {
+    /// Renewals: the stored mark never goes backwards (`GREATEST`).
+    Raise,
+    /// The graceful release: the last timestamp issued, which may be below the last renewal's.
+    Final,
 }
 
-/// A backend's identity lock: sessions, the lock on one, and the mark written on it.
+/// A backend's identity lock: sessions, the lock on one, and the mark read and written on it.
 #[async_trait]
 pub trait SessionLock: Send + Sync + 'static {
     /// A server session (a dedicated connection) that may hold the lock.
     type Session: Send + 'static;
 
-    /// Opens a session and takes the lock `name` on it as `attempt` says: the session holding
-    /// it, or `None` if another session holds it.
-    async fn lock(&self, name: &str, attempt: LockAttempt) -> Result<Option<Self::Session>>;
+    /// Opens a session whose server ends it after `idle_limit` without a statement.
+    /// `at_start`: errors are start-up errors (refused credentials are a configuration
+    /// mistake); otherwise outages.
+    async fn connect(&self, at_start: bool, idle_limit: Duration) -> Result<Self::Session>;
 
-    /// Raises the stored mark of `worker_id` to `mark_ms` on `session`; a stored mark that is
-    /// higher stays.
-    async fn raise_mark(
+    /// Takes the lock `name` on `session`, waiting up to `wait` (zero: not at all) for another
+    /// session to free it: whether `session` holds it.
+    async fn try_lock(
+        &self,
+        session: &mut Self::Session,
+        name: &str,
+        wait: Duration,
+    ) -> Result<bool>;
+
+    /// The stored mark of `worker_id`, read on `session`.
+    async fn read_mark(&self, session: &mut Self::Session, worker_id: u64) -> Result<Option<u64>>;
+
+    /// Writes the mark of `worker_id` on `session` as `how` says, committed when it returns;
+    /// an error if the row is missing (an unchanged value is not missing).
+    async fn write_mark(
         &self,
         session: &mut Self::Session,
         worker_id: u64,
         mark_ms: u64,
+        how: MarkWrite,
     ) -> Result<()>;
 
     /// Ends `session`, which frees the lock. Default: dropped.
     async fn close(&self, session: Self::Session) {
         drop(session);
     }
+}
+
+/// The idle limit of a lock's session for a node that renews every `renew_period`: a minute,
+/// or ten renew periods if that is longer. Renewals write on the session, so a live node never
+/// comes near it; a process that vanished without closing its connection (a host gone, a
+/// partition) loses the lock that long after, instead of after hours of TCP timeouts.
+pub fn session_idle_limit(renew_period: Duration) -> Duration {
+    Duration::from_secs(60).max(renew_period.saturating_mul(10))
+}
+
+/// What [`HeldIdentity`] is told by its backend's configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct IdentitySettings {
+    /// The bound of opening a session.
+    pub connect_timeout: Duration,
+    /// The bound of one statement (and of the session's end at the release).
+    pub timeout: Duration,
+    /// `fence_on_disconnect`: a renewal counts only once the mark committed on the lock's
+    /// session, and there is no start from the cache file.
+    pub fence_on_disconnect: bool,
 }
 
 /// A non-recycling mode's hold on its identity; see the module docs. Cloning shares it.
@@ -79,8 +123,7 @@ impl<L: SessionLock> Clone for HeldIdentity<L> {
 
 struct Inner<L: SessionLock> {
     lock: L,
-    /// The bound of one background mark write, and of the release's session end.
-    timeout: Duration,
+    settings: IdentitySettings,
     /// The backend, for messages (`mysql`).
     backend: &'static str,
     state: Mutex<State<L::Session>>,
@@ -95,7 +138,18 @@ struct State<S> {
     released: bool,
     /// The lock's name and, while connected, its session.
     held: Option<Held<S>>,
+    /// A stored mark at or below this is this node's own: the claim's (or the cache file's, at
+    /// a start from it), then every mark a write of this node confirmed.
+    own_up_to: u64,
+    /// Marks sent since the last confirmed write whose answer never came: one may be stored.
+    tried: Vec<u64>,
+    /// The idle limit of the sessions this hold opens.
+    idle_limit: Duration,
 }
+
+/// How many unconfirmed marks a hold remembers (writes are serialised; a mark forgotten here
+/// only makes its row look foreign, which stops, never duplicates).
+const MAX_TRIED: usize = 64;
 
 /// The lock a claim took: its name and its session. Dropping it ends the session.
 pub struct Held<S> {
@@ -104,17 +158,19 @@ pub struct Held<S> {
 }
 
 impl<L: SessionLock> HeldIdentity<L> {
-    /// Holds nothing yet; `lock` does the backend's part, `timeout` bounds each background
-    /// write, `backend` names it in the log.
-    pub fn new(lock: L, timeout: Duration, backend: &'static str) -> Self {
+    /// Holds nothing yet; `lock` does the backend's part, `backend` names it in the log.
+    pub fn new(lock: L, settings: IdentitySettings, backend: &'static str) -> Self {
         HeldIdentity {
             inner: Arc::new(Inner {
                 lock,
-                timeout,
+                settings,
                 backend,
                 state: Mutex::new(State {
                     released: false,
                     held: None,
+                    own_up_to: 0,
+                    tried: Vec::new(),
+                    idle_limit: session_idle_limit(Duration::ZERO),
                 }),
                 in_flight: AtomicBool::new(false),
                 lost: AtomicBool::new(false),
@@ -128,43 +184,98 @@ impl<L: SessionLock> HeldIdentity<L> {
         &self.inner.lock
     }
 
+    /// Whether `fence_on_disconnect` is on.
+    pub fn fences(&self) -> bool {
+        self.inner.settings.fence_on_disconnect
+    }
+
     /// The lock `name` for a claim: the session this node still holds it on (an abandoned
-    /// lease keeps it), else a new session's, waiting up to `wait`; `None` if another live
-    /// session holds it. Until [`hold`](Self::hold), nothing is held.
+    /// lease keeps it), else a new session's (its idle limit `idle_limit`), waiting up to `wait`
+    /// for another session to free it; `None` if another live session holds it. Until
+    /// [`hold`](Self::hold), nothing is held. A session that cannot be opened is
+    /// [`ClaimError::Unreachable`] (if retryable); everything after it is
+    /// [`ClaimError::Failed`].
     pub async fn lock_for_claim(
         &self,
         name: &str,
         wait: Duration,
-    ) -> Result<Option<Held<L::Session>>> {
-        let kept = self.inner.state.lock().await.held.take();
+        idle_limit: Duration,
+    ) -> Result<Option<Held<L::Session>>, ClaimError> {
+        let inner = &self.inner;
+        let kept = inner.state.lock().await.held.take();
         if let Some(held) = kept.filter(|h| h.name == name && h.session.is_some()) {
             return Ok(Some(held));
         }
-        let session = self.inner.lock.lock(name, LockAttempt::Start(wait)).await?;
-        Ok(session.map(|s| Held {
+        let mut session = bounded(
+            inner.backend,
+            inner.settings.connect_timeout,
+            "connecting for the identity lock",
+            inner.lock.connect(true, idle_limit),
+        )
+        .await
+        .map_err(ClaimError::unreachable)?;
+        let locked = bounded(
+            inner.backend,
+            wait.saturating_add(inner.settings.timeout),
+            "taking the identity lock",
+            inner.lock.try_lock(&mut session, name, wait),
+        )
+        .await?;
+        if !locked {
+            let _ = tokio::time::timeout(inner.settings.timeout, inner.lock.close(session)).await;
+            return Ok(None);
+        }
+        Ok(Some(Held {
             name: name.to_owned(),
-            session: Some(s),
+            session: Some(session),
         }))
     }
 
     /// The claim succeeded: `held` is this node's lock, and the server's row had
-    /// `confirmed_mark_ms`. Renewals may write again.
-    pub async fn hold(&self, held: Held<L::Session>, confirmed_mark_ms: Option<u64>) {
-        self.reset(held, confirmed_mark_ms).await;
+    /// `server_mark_ms`. Renewals may write again.
+    pub async fn hold(
+        &self,
+        held: Held<L::Session>,
+        server_mark_ms: Option<u64>,
+        idle_limit: Duration,
+    ) {
+        self.reset(held, server_mark_ms, server_mark_ms, idle_limit)
+            .await;
     }
 
-    /// The node starts from its cache file while the server cannot be reached: it holds the
-    /// lock's name only, and the first renewal that reaches the server takes the lock (or finds
-    /// the lease lost).
-    pub async fn hold_offline(&self, name: &str) {
+    /// The server could not be reached (`cause`) and the node would start from its cache file
+    /// with `start_mark_ms`: it holds the lock's name only, and the first write that reaches
+    /// the server takes the lock (or finds the lease lost). With `fence_on_disconnect`,
+    /// refused: every mark needs the server.
+    pub async fn hold_offline(
+        &self,
+        name: &str,
+        start_mark_ms: Option<u64>,
+        idle_limit: Duration,
+        cause: Error,
+    ) -> Result<()> {
+        if self.fences() {
+            return Err(Error::Unavailable(format!(
+                "{cause}; with fence_on_disconnect the {} workerId mode never starts from its \
+                 cache file",
+                self.inner.backend
+            )));
+        }
         let held = Held {
             name: name.to_owned(),
             session: None,
         };
-        self.reset(held, None).await;
+        self.reset(held, None, start_mark_ms, idle_limit).await;
+        Ok(())
     }
 
-    async fn reset(&self, held: Held<L::Session>, confirmed_mark_ms: Option<u64>) {
+    async fn reset(
+        &self,
+        held: Held<L::Session>,
+        confirmed_mark_ms: Option<u64>,
+        own_up_to: Option<u64>,
+        idle_limit: Duration,
+    ) {
         let inner = &self.inner;
         inner.lost.store(false, Ordering::Release);
         inner
@@ -173,72 +284,80 @@ impl<L: SessionLock> HeldIdentity<L> {
         *inner.state.lock().await = State {
             released: false,
             held: Some(held),
+            own_up_to: own_up_to.unwrap_or(0),
+            tried: Vec::new(),
+            idle_limit,
         };
     }
 
-    /// A renewal: `LeaseLost` once another process took the lock; else `Ok`, the mark written
-    /// to the server in the background unless a write is in flight (the next renewal carries a
+    /// A renewal of `worker_id` with `mark_ms`: `LeaseLost` once another process took the lock
+    /// (or wrote the identity's mark). With `fence_on_disconnect`, `Ok` only once the mark
+    /// committed on the lock's session, an error if it did not; without, `Ok` at once and the
+    /// mark written in the background unless a write is in flight (the next renewal carries a
     /// later mark anyway). Needs a Tokio runtime.
-    pub fn renew(&self, worker_id: u64, mark_ms: u64) -> Renewal {
+    pub async fn renew(&self, worker_id: u64, mark_ms: u64) -> Result<Renewal> {
         let inner = &self.inner;
         if inner.lost.load(Ordering::Acquire) {
-            return Renewal::LeaseLost;
+            return Ok(Renewal::LeaseLost);
+        }
+        if inner.settings.fence_on_disconnect {
+            let mut state = inner.state.lock().await;
+            if state.released {
+                return Ok(Renewal::LeaseLost);
+            }
+            return match write(inner, &mut state, worker_id, mark_ms, MarkWrite::Raise).await? {
+                true => Ok(Renewal::OK),
+                false => Ok(Renewal::LeaseLost),
+            };
         }
         if inner.in_flight.swap(true, Ordering::AcqRel) {
-            return Renewal::OK;
+            return Ok(Renewal::OK);
         }
         let inner = Arc::clone(inner);
         tokio::spawn(async move {
             let mut state = inner.state.lock().await;
             if !state.released {
-                let written = bounded(
-                    inner.backend,
-                    inner.timeout,
-                    "the mark update",
-                    write_mark(&inner.lock, &mut state, worker_id, mark_ms),
-                )
-                .await;
-                match written {
-                    Ok(true) => {
-                        inner
-                            .confirmed_mark_ms
-                            .fetch_max(mark_ms, Ordering::Relaxed);
-                    }
-                    Ok(false) => {
-                        tracing::error!(
-                            worker_id,
-                            backend = inner.backend,
-                            "another process took this node's identity lock while its \
-                             connection was down; worker id lost"
-                        );
-                        inner.lost.store(true, Ordering::Release);
-                    }
-                    Err(e) => tracing::warn!(
+                let written = write(&inner, &mut state, worker_id, mark_ms, MarkWrite::Raise).await;
+                if let Err(e) = written {
+                    tracing::warn!(
                         worker_id,
                         mark_ms,
                         backend = inner.backend,
                         error = %e,
                         "mark not written to the server; the cache file has it"
-                    ),
+                    );
                 }
             }
             drop(state);
             inner.in_flight.store(false, Ordering::Release);
         });
-        Renewal::OK
+        Ok(Renewal::OK)
     }
 
-    /// The release: waits for a write in flight, stops later ones, runs `final_write` (the
-    /// final mark, which may be below the last renewal's), then ends the lock's session.
-    /// Errors of `final_write` are the caller's to log; the lock is freed either way.
-    pub async fn release<T>(&self, final_write: impl Future<Output = T>) -> T {
-        let mut state = self.inner.state.lock().await;
+    /// The release: waits for a write in flight, stops later ones, writes `final_mark_ms` (the
+    /// last timestamp issued, which may be below the last renewal's) on the lock's session,
+    /// then ends the session. The lock is freed either way; an error of the final write is the
+    /// caller's to log.
+    pub async fn release(&self, worker_id: u64, final_mark_ms: u64) -> Result<()> {
+        let inner = &self.inner;
+        let mut state = inner.state.lock().await;
         state.released = true;
-        let written = final_write.await;
+        let written = if inner.lost.load(Ordering::Acquire) {
+            Ok(true)
+        } else {
+            write(
+                inner,
+                &mut state,
+                worker_id,
+                final_mark_ms,
+                MarkWrite::Final,
+            )
+            .await
+        };
         if let Some(session) = state.held.take().and_then(|h| h.session) {
-            let _ = tokio::time::timeout(self.inner.timeout, self.inner.lock.close(session)).await;
+            let _ = tokio::time::timeout(inner.settings.timeout, inner.lock.close(session)).await;
         }
-        written
+        written.map(drop)
     }
 
     /// The last mark the server confirmed, if any.
@@ -247,35 +366,129 @@ impl<L: SessionLock> HeldIdentity<L> {
     }
 }
 
-/// Writes the mark on the lock's session, opening a session and taking the lock again first if
-/// it is gone. `Ok(false)`: another session holds the lock now.
-async fn write_mark<L: SessionLock>(
-    lock: &L,
+/// Writes the mark on the lock's session, first opening a session, taking the lock again and
+/// checking the stored mark if the session is gone. `Ok(false)`, with the lease marked lost:
+/// another process holds the lock, or wrote the mark while this node's lock was gone.
+async fn write<L: SessionLock>(
+    inner: &Inner<L>,
     state: &mut State<L::Session>,
     worker_id: u64,
     mark_ms: u64,
+    how: MarkWrite,
 ) -> Result<bool> {
-    let Some(held) = state.held.as_mut() else {
+    let (backend, settings) = (inner.backend, inner.settings);
+    let State {
+        held,
+        own_up_to,
+        tried,
+        idle_limit,
+        ..
+    } = state;
+    let Some(held) = held.as_mut() else {
         return Ok(true);
     };
     if held.session.is_none() {
-        match lock.lock(&held.name, LockAttempt::Renewal).await? {
-            Some(session) => {
-                tracing::info!(lock = %held.name, "identity lock taken again after a reconnect");
-                held.session = Some(session);
+        match relock(inner, &held.name, worker_id, *own_up_to, tried, *idle_limit).await? {
+            Some(session) => held.session = Some(session),
+            None => {
+                inner.lost.store(true, Ordering::Release);
+                return Ok(false);
             }
-            None => return Ok(false),
         }
     }
+    if tried.len() >= MAX_TRIED {
+        tried.remove(0);
+    }
+    tried.push(mark_ms);
     let session = held.session.as_mut().expect("connected above");
-    match lock.raise_mark(session, worker_id, mark_ms).await {
-        Ok(()) => Ok(true),
+    let written = bounded(
+        backend,
+        settings.timeout,
+        "the mark update",
+        inner.lock.write_mark(session, worker_id, mark_ms, how),
+    )
+    .await;
+    match written {
+        Ok(()) => {
+            *own_up_to = (*own_up_to).max(mark_ms);
+            tried.clear();
+            if how == MarkWrite::Raise {
+                inner
+                    .confirmed_mark_ms
+                    .fetch_max(mark_ms, Ordering::Relaxed);
+            }
+            Ok(true)
+        }
         Err(e) => {
-            // The session (and with it the lock) may be gone: reconnect next time.
+            // The session (and with it the lock) may be gone, or in an unknown state after a
+            // statement given up on: reconnect next time.
             held.session = None;
             Err(e)
         }
     }
+}
+
+/// A new session holding the lock `name` again, after the last one was lost; `None` if
+/// another session holds it, or if the stored mark is above this node's own and is none it
+/// sent (another process of the identity held it meanwhile).
+async fn relock<L: SessionLock>(
+    inner: &Inner<L>,
+    name: &str,
+    worker_id: u64,
+    own_up_to: u64,
+    tried: &[u64],
+    idle_limit: Duration,
+) -> Result<Option<L::Session>> {
+    let (backend, settings) = (inner.backend, inner.settings);
+    let mut session = bounded(
+        backend,
+        settings.connect_timeout,
+        "connecting for the identity lock",
+        inner.lock.connect(false, idle_limit),
+    )
+    .await?;
+    let checked = bounded(
+        backend,
+        settings.timeout,
+        "taking the identity lock again",
+        async {
+            if !inner
+                .lock
+                .try_lock(&mut session, name, Duration::ZERO)
+                .await?
+            {
+                tracing::error!(
+                    lock = %name,
+                    backend,
+                    "another process took this node's identity lock while its connection was down; \
+                     worker id lost"
+                );
+                return Ok(false);
+            }
+            match inner.lock.read_mark(&mut session, worker_id).await? {
+                Some(stored) if stored > own_up_to && !tried.contains(&stored) => {
+                    tracing::error!(
+                        lock = %name,
+                        backend,
+                        worker_id,
+                        stored_mark_ms = stored,
+                        own_mark_ms = own_up_to,
+                        "another process of this identity wrote its mark while this node's lock \
+                         was gone; worker id lost"
+                    );
+                    Ok(false)
+                }
+                _ => Ok(true),
+            }
+        },
+    )
+    .await?;
+    if !checked {
+        let _ = tokio::time::timeout(settings.timeout, inner.lock.close(session)).await;
+        return Ok(None);
+    }
+    tracing::info!(lock = %name, "identity lock taken again after a reconnect");
+    Ok(Some(session))
 }
 
 #[cfg(test)]
@@ -284,7 +497,6 @@ mod tests {
     use std::sync::Mutex as StdMutex;
 
     use super::*;
-    use crate::Error;
 
     /// A server of locks and marks in memory: a session is a number; a lock belongs to one
     /// session; sessions can be cut.
@@ -298,6 +510,8 @@ mod tests {
         /// Worker id -> stored mark.
         marks: StdMutex<HashMap<u64, u64>>,
         down: AtomicBool,
+        /// Every lock statement fails.
+        lock_fails: AtomicBool,
         writes: AtomicU64,
     }
 
@@ -310,33 +524,63 @@ mod tests {
         fn holder(&self, name: &str) -> Option<u64> {
             self.locks.lock().unwrap().get(name).copied()
         }
+        fn mark(&self, worker_id: u64) -> Option<u64> {
+            self.marks.lock().unwrap().get(&worker_id).copied()
+        }
+        fn check(&self, session: u64) -> Result<()> {
+            if self.down.load(Ordering::Relaxed) || self.cut.lock().unwrap().contains(&session) {
+                return Err(Error::Unavailable("connection lost".into()));
+            }
+            Ok(())
+        }
     }
 
     #[async_trait]
     impl SessionLock for Arc<Server> {
         type Session = u64;
 
-        async fn lock(&self, name: &str, _attempt: LockAttempt) -> Result<Option<u64>> {
+        async fn connect(&self, _at_start: bool, _idle: Duration) -> Result<u64> {
             if self.down.load(Ordering::Relaxed) {
                 return Err(Error::Unavailable("down".into()));
             }
-            let session = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-            let mut locks = self.locks.lock().unwrap();
-            if locks.contains_key(name) {
-                return Ok(None);
-            }
-            locks.insert(name.to_owned(), session);
-            Ok(Some(session))
+            Ok(self.next.fetch_add(1, Ordering::Relaxed) + 1)
         }
 
-        async fn raise_mark(&self, session: &mut u64, worker_id: u64, mark_ms: u64) -> Result<()> {
-            if self.down.load(Ordering::Relaxed) || self.cut.lock().unwrap().contains(session) {
-                return Err(Error::Unavailable("connection lost".into()));
+        async fn try_lock(&self, session: &mut u64, name: &str, _wait: Duration) -> Result<bool> {
+            self.check(*session)?;
+            if self.lock_fails.load(Ordering::Relaxed) {
+                return Err(Error::Unavailable("lock wait timeout".into()));
             }
+            let mut locks = self.locks.lock().unwrap();
+            match locks.get(name) {
+                Some(holder) => Ok(holder == session),
+                None => {
+                    locks.insert(name.to_owned(), *session);
+                    Ok(true)
+                }
+            }
+        }
+
+        async fn read_mark(&self, session: &mut u64, worker_id: u64) -> Result<Option<u64>> {
+            self.check(*session)?;
+            Ok(self.mark(worker_id))
+        }
+
+        async fn write_mark(
+            &self,
+            session: &mut u64,
+            worker_id: u64,
+            mark_ms: u64,
+            how: MarkWrite,
+        ) -> Result<()> {
+            self.check(*session)?;
             self.writes.fetch_add(1, Ordering::Relaxed);
             let mut marks = self.marks.lock().unwrap();
             let m = marks.entry(worker_id).or_default();
-            *m = (*m).max(mark_ms);
+            *m = match how {
+                MarkWrite::Raise => (*m).max(mark_ms),
+                MarkWrite::Final => mark_ms,
+            };
             Ok(())
         }
 
@@ -345,20 +589,35 @@ mod tests {
         }
     }
 
+    const IDLE: Duration = Duration::from_secs(60);
+
+    fn held_with(server: &Arc<Server>, fence: bool) -> HeldIdentity<Arc<Server>> {
+        let settings = IdentitySettings {
+            connect_timeout: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            fence_on_disconnect: fence,
+        };
+        HeldIdentity::new(Arc::clone(server), settings, "memory")
+    }
+
     fn held(server: &Arc<Server>) -> HeldIdentity<Arc<Server>> {
-        HeldIdentity::new(Arc::clone(server), Duration::from_secs(1), "memory")
+        held_with(server, false)
     }
 
     /// A hold on the name `n`, its lock taken.
-    async fn holding(server: &Arc<Server>) -> HeldIdentity<Arc<Server>> {
-        let h = held(server);
+    async fn holding_with(server: &Arc<Server>, fence: bool) -> HeldIdentity<Arc<Server>> {
+        let h = held_with(server, fence);
         let lock = h
-            .lock_for_claim("n", Duration::ZERO)
+            .lock_for_claim("n", Duration::ZERO, IDLE)
             .await
             .unwrap()
             .unwrap();
-        h.hold(lock, None).await;
+        h.hold(lock, None, IDLE).await;
         h
+    }
+
+    async fn holding(server: &Arc<Server>) -> HeldIdentity<Arc<Server>> {
+        holding_with(server, false).await
     }
 
     /// Lets the background write run and end.
@@ -373,24 +632,45 @@ mod tests {
         panic!("the background write never ended");
     }
 
+    /// A background renewal, settled.
+    async fn renew(h: &HeldIdentity<Arc<Server>>, worker_id: u64, mark: u64) -> Renewal {
+        let r = h.renew(worker_id, mark).await.unwrap();
+        settle(h).await;
+        r
+    }
+
     #[tokio::test]
     async fn a_second_holder_of_one_name_is_refused_until_the_first_releases() {
         let server = Arc::new(Server::default());
         let (a, b) = (holding(&server).await, held(&server));
-        assert!(
-            b.lock_for_claim("n", Duration::ZERO)
-                .await
-                .unwrap()
-                .is_none()
-        );
-        a.release(async {}).await;
+        let refused = b.lock_for_claim("n", Duration::ZERO, IDLE).await.unwrap();
+        assert!(refused.is_none());
+        a.release(1, 5).await.unwrap();
         assert_eq!(server.holder("n"), None, "the release ended the session");
-        assert!(
-            b.lock_for_claim("n", Duration::ZERO)
-                .await
-                .unwrap()
-                .is_some()
-        );
+        let taken = b.lock_for_claim("n", Duration::ZERO, IDLE).await.unwrap();
+        assert!(taken.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_server_that_cannot_be_reached_is_unreachable_and_nothing_else_is() {
+        let server = Arc::new(Server::default());
+        server.down.store(true, Ordering::Relaxed);
+        let e = held(&server)
+            .lock_for_claim("n", Duration::ZERO, IDLE)
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(e, ClaimError::Unreachable(_)), "{e}");
+        server.down.store(false, Ordering::Relaxed);
+        // Connected, and the lock statement fails (a wait that ran out, say): the server was
+        // reached.
+        server.lock_fails.store(true, Ordering::Relaxed);
+        let e = held(&server)
+            .lock_for_claim("n", Duration::ZERO, IDLE)
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(e, ClaimError::Failed(_)), "{e}");
     }
 
     #[tokio::test]
@@ -398,15 +678,14 @@ mod tests {
         let server = Arc::new(Server::default());
         let h = held(&server);
         let lock = h
-            .lock_for_claim("n", Duration::ZERO)
+            .lock_for_claim("n", Duration::ZERO, IDLE)
             .await
             .unwrap()
             .unwrap();
-        h.hold(lock, Some(5)).await;
+        h.hold(lock, Some(5), IDLE).await;
         assert_eq!(h.confirmed_mark_ms(), Some(5));
-        assert_eq!(h.renew(7, 100), Renewal::OK);
-        settle(&h).await;
-        assert_eq!(server.marks.lock().unwrap()[&7], 100);
+        assert_eq!(renew(&h, 7, 100).await, Renewal::OK);
+        assert_eq!(server.mark(7), Some(100));
         assert_eq!(h.confirmed_mark_ms(), Some(100));
     }
 
@@ -417,29 +696,108 @@ mod tests {
         let first = server.holder("n").unwrap();
         // The session dies; nobody else wants the name: the next writes lock it again.
         server.cut(first);
-        h.renew(1, 10);
-        settle(&h).await; // this write fails on the dead session
-        assert_eq!(h.renew(1, 20), Renewal::OK);
-        settle(&h).await;
+        renew(&h, 1, 10).await; // this write fails on the dead session
+        assert_eq!(renew(&h, 1, 20).await, Renewal::OK);
         let second = server.holder("n").expect("locked again");
         assert_ne!(second, first);
-        assert_eq!(server.marks.lock().unwrap()[&1], 20);
+        assert_eq!(server.mark(1), Some(20));
 
         // It dies again, and another process takes the name meanwhile: the lease is lost.
         server.cut(second);
         let other = held(&server);
-        h.renew(1, 30);
-        settle(&h).await;
-        let theirs = other.lock_for_claim("n", Duration::ZERO).await.unwrap();
+        renew(&h, 1, 30).await;
+        let theirs = other
+            .lock_for_claim("n", Duration::ZERO, IDLE)
+            .await
+            .unwrap();
         assert!(theirs.is_some());
-        h.renew(1, 40);
-        settle(&h).await;
-        assert_eq!(h.renew(1, 50), Renewal::LeaseLost);
-        assert_eq!(
-            server.marks.lock().unwrap()[&1],
-            20,
-            "no mark after the loss"
+        renew(&h, 1, 40).await;
+        assert_eq!(h.renew(1, 50).await.unwrap(), Renewal::LeaseLost);
+        assert_eq!(server.mark(1), Some(20), "no mark after the loss");
+    }
+
+    /// Another process held the identity while this node's lock was gone, wrote its marks and
+    /// released: the lock is free again, but the stored mark is none this node sent. It issued
+    /// with this worker id meanwhile, so this node must not go on.
+    #[tokio::test]
+    async fn a_mark_another_process_wrote_while_the_lock_was_gone_loses_the_lease() {
+        for fence in [false, true] {
+            let server = Arc::new(Server::default());
+            let a = holding_with(&server, fence).await;
+            assert!(a.renew(1, 100).await.unwrap().is_ok());
+            settle(&a).await;
+            server.cut(server.holder("n").unwrap());
+            let b = holding_with(&server, fence).await;
+            assert!(b.renew(1, 150).await.unwrap().is_ok());
+            settle(&b).await;
+            b.release(1, 140).await.unwrap();
+            assert_eq!(server.holder("n"), None);
+            // A's write fails on its dead session, then finds the foreign mark.
+            let mut answers = Vec::new();
+            for mark in [110, 120, 130] {
+                answers.push(a.renew(1, mark).await.map_err(|e| e.to_string()));
+                settle(&a).await;
+            }
+            assert_eq!(
+                answers.last(),
+                Some(&Ok(Renewal::LeaseLost)),
+                "fence {fence}: {answers:?}"
+            );
+            if fence {
+                assert!(
+                    answers[0].is_err(),
+                    "a failed write is not a renewal: {answers:?}"
+                );
+            }
+            assert_eq!(
+                server.mark(1),
+                Some(140),
+                "fence {fence}: B's final mark stays"
+            );
+            assert_eq!(server.holder("n"), None, "A left the lock free");
+        }
+    }
+
+    /// A write whose answer was lost may have landed: its mark is this node's own.
+    #[tokio::test]
+    async fn a_mark_of_a_write_whose_answer_was_lost_is_this_nodes_own() {
+        let server = Arc::new(Server::default());
+        let h = holding_with(&server, true).await;
+        assert!(h.renew(1, 100).await.unwrap().is_ok());
+        // The write of 200 lands but its answer is lost, and the session with it.
+        h.inner.state.lock().await.tried.push(200);
+        server.marks.lock().unwrap().insert(1, 200);
+        server.cut(server.holder("n").unwrap());
+        let _ = h.renew(1, 210).await; // fails on the dead session, remembering 210 too
+        assert_eq!(h.renew(1, 220).await.unwrap(), Renewal::OK);
+        assert_eq!(server.mark(1), Some(220));
+    }
+
+    #[tokio::test]
+    async fn with_the_fence_a_renewal_counts_only_once_the_mark_is_on_the_server() {
+        let server = Arc::new(Server::default());
+        let h = holding_with(&server, true).await;
+        assert_eq!(h.renew(2, 100).await.unwrap(), Renewal::OK);
+        assert_eq!(server.mark(2), Some(100), "written before the answer");
+        assert_eq!(h.confirmed_mark_ms(), Some(100));
+        // The server restarts: down, and every session (and lock) gone.
+        server.down.store(true, Ordering::Relaxed);
+        server.cut(server.holder("n").unwrap());
+        let e = h.renew(2, 200).await.unwrap_err();
+        assert!(matches!(e, Error::Unavailable(_)), "{e}");
+        assert_eq!(h.confirmed_mark_ms(), Some(100));
+        server.down.store(false, Ordering::Relaxed);
+        assert_eq!(h.renew(2, 300).await.unwrap(), Renewal::OK);
+        assert_eq!(server.mark(2), Some(300));
+        // Another process takes the lock while the session is gone: lost at once.
+        server.cut(server.holder("n").unwrap());
+        let _theirs = holding_with(&server, true).await;
+        assert!(
+            h.renew(2, 400).await.is_err(),
+            "the write on the dead session"
         );
+        assert_eq!(h.renew(2, 410).await.unwrap(), Renewal::LeaseLost);
+        assert_eq!(server.mark(2), Some(300));
     }
 
     #[tokio::test]
@@ -447,15 +805,25 @@ mod tests {
         let server = Arc::new(Server::default());
         server.down.store(true, Ordering::Relaxed);
         let h = held(&server);
-        h.hold_offline("n").await;
-        assert_eq!(h.renew(3, 10), Renewal::OK);
-        settle(&h).await;
+        let cause = || Error::Unavailable("down".into());
+        h.hold_offline("n", Some(5), IDLE, cause()).await.unwrap();
+        assert_eq!(renew(&h, 3, 10).await, Renewal::OK);
         assert_eq!(server.holder("n"), None);
         server.down.store(false, Ordering::Relaxed);
-        assert_eq!(h.renew(3, 20), Renewal::OK);
-        settle(&h).await;
+        assert_eq!(renew(&h, 3, 20).await, Renewal::OK);
         assert!(server.holder("n").is_some());
         assert_eq!(h.confirmed_mark_ms(), Some(20));
+
+        // With the fence there is no start from the cache file.
+        let fenced = held_with(&server, true);
+        let e = fenced
+            .hold_offline("m", Some(5), IDLE, cause())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Unavailable(m) if m.contains("never starts from its cache file")),
+            "{e}"
+        );
     }
 
     #[tokio::test]
@@ -464,25 +832,36 @@ mod tests {
         let h = holding(&server).await;
         let session = server.holder("n");
         // A claim again (after an abandon): the held lock, not a refusal by our own session.
-        let again = h.lock_for_claim("n", Duration::ZERO).await.unwrap();
+        let again = h.lock_for_claim("n", Duration::ZERO, IDLE).await.unwrap();
         assert!(again.is_some());
         assert_eq!(server.holder("n"), session);
     }
 
     #[tokio::test]
-    async fn after_the_release_no_background_write_lands() {
+    async fn the_final_mark_is_written_under_the_lock_and_no_later_write_lands() {
         let server = Arc::new(Server::default());
         let h = holding(&server).await;
-        let final_mark = h
-            .release(async {
-                server.marks.lock().unwrap().insert(4, 15);
-            })
-            .await;
-        let _: () = final_mark;
+        assert_eq!(renew(&h, 4, 99).await, Renewal::OK);
+        // The final mark, below the renewed one, replaces it on the lock's session; then the
+        // session ends.
+        h.release(4, 15).await.unwrap();
+        assert_eq!(server.mark(4), Some(15));
+        assert_eq!(server.holder("n"), None);
         let writes = server.writes.load(Ordering::Relaxed);
-        h.renew(4, 99);
-        settle(&h).await;
+        renew(&h, 4, 120).await;
         assert_eq!(server.writes.load(Ordering::Relaxed), writes);
-        assert_eq!(server.marks.lock().unwrap()[&4], 15, "the final mark stays");
+        assert_eq!(server.mark(4), Some(15), "the final mark stays");
+    }
+
+    #[test]
+    fn the_idle_limit_is_a_minute_or_ten_renew_periods() {
+        assert_eq!(
+            session_idle_limit(Duration::from_secs(1)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            session_idle_limit(Duration::from_secs(9)),
+            Duration::from_secs(90)
+        );
     }
 }

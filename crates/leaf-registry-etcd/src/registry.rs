@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use leaf_core::{
-    AcquireRequest, CachedRegistry, Error, Lease, LeaseToken, RegistryCapabilities, Renewal,
-    Result, WorkerIdBackend,
+    AcquireRequest, CachedRegistry, ClaimError, Error, Lease, LeaseToken, RegistryCapabilities,
+    Renewal, Result, WorkerIdBackend,
 };
 use serde::Serialize;
 use tokio::sync::Mutex;
@@ -459,7 +459,7 @@ impl WorkerIdBackend for EtcdBackend {
         ))
     }
 
-    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease, ClaimError> {
         let ttl = Duration::from_millis(self.config.lease_ttl_ms);
         let mut state = self.lease.lock().await;
         let client = self.conn.client().await?;
@@ -496,13 +496,14 @@ impl WorkerIdBackend for EtcdBackend {
                 Ok(ClaimOutcome::LeaseGone) => {
                     return Err(Error::Unavailable(
                         "etcd leases expired before they could claim a worker id".into(),
-                    ));
+                    )
+                    .into());
                 }
                 Err(e) => {
                     // What this lease claimed (an answer lost, say) comes back now, not after
                     // the TTL.
                     self.revoke_quietly(&client, lease_id).await;
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
         };

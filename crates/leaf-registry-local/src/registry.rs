@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CachedRegistry, Error, Lease, NodeIdentity, RegistryCapabilities, Renewal,
-    Result, WorkerIdBackend,
+    AcquireRequest, CachedRegistry, ClaimError, Error, Lease, NodeIdentity, RegistryCapabilities,
+    Renewal, Result, WorkerIdBackend,
 };
 
 use crate::config::{LocalRegistryConfig, WorkerIdFrom, hostname_ordinal};
@@ -102,7 +102,7 @@ impl WorkerIdBackend for LocalBackend {
         true
     }
 
-    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease, ClaimError> {
         let worker_id = self.claimed_id(req)?;
         tracing::info!(worker_id, identity = %req.identity, "local worker id acquired");
         Ok(Lease::new(worker_id, None))

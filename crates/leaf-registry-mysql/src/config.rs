@@ -43,7 +43,19 @@ pub struct MysqlConfig {
     /// A PEM file of the certificate authorities to trust for `verify_ca`/`verify_identity`.
     /// Default: the URL's `ssl-ca`, else the built-in web PKI roots.
     pub ssl_ca: Option<PathBuf>,
+    /// The `mysql` workerId mode only (`[snowflake.mysql]`; refused in `[segment]`): every
+    /// renewal writes the time mark on the identity lock's connection and counts only once it
+    /// committed there, so a node cut off from MySQL stops issuing within `mark_window_ms` and
+    /// whoever takes its identity next starts above everything it issued; there is no start
+    /// from the cache file. Off (Leaf's availability): renewals count once the cache file has
+    /// the mark, the row follows in the background, and a node keeps issuing while MySQL is
+    /// down. Default `false`.
+    pub fence_on_disconnect: bool,
 }
+
+/// The keys of [`MysqlConfig`] that only the workerId mode takes: a segment store's table
+/// refuses them.
+pub const REGISTRY_ONLY_KEYS: &[&str] = &["fence_on_disconnect"];
 
 /// The segment store's settings (`[segment]` with `store = "mysql"`).
 pub type MysqlStoreConfig = MysqlConfig;
@@ -63,6 +75,7 @@ impl Default for MysqlConfig {
             lock_wait_timeout_s: 3,
             ssl_mode: None,
             ssl_ca: None,
+            fence_on_disconnect: false,
         }
     }
 }
@@ -93,6 +106,20 @@ impl MysqlConfig {
             ("lock_wait_timeout_s", self.lock_wait_timeout_s, 1, 3_600),
         ])?;
         self.connect_options("url").map(drop)
+    }
+
+    /// [`validate`](Self::validate) for the segment store: also `Config` for a workerId mode's
+    /// key set to a value other than its default.
+    pub fn validate_store(&self) -> Result<()> {
+        self.validate()?;
+        if self.fence_on_disconnect {
+            return Err(Error::Config(
+                "fence_on_disconnect is a key of the mysql workerId mode ([snowflake.mysql]); \
+                 the segment store does not take it"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The connection options, or `Config` naming what is wrong (`key` is the configuration
@@ -158,6 +185,7 @@ impl fmt::Debug for MysqlConfig {
             .field("lock_wait_timeout_s", &self.lock_wait_timeout_s)
             .field("ssl_mode", &self.ssl_mode)
             .field("ssl_ca", &self.ssl_ca)
+            .field("fence_on_disconnect", &self.fence_on_disconnect)
             .finish()
     }
 }
@@ -209,6 +237,7 @@ mod tests {
         assert_eq!(c.connect_timeout_ms, 3000);
         assert_eq!(c.timeout_ms, 5000);
         assert_eq!(c.lock_wait_timeout_s, 3);
+        assert!(!c.fence_on_disconnect);
         assert_eq!(
             (c.username, c.password, c.ssl_mode, c.ssl_ca),
             (None, None, None, None)

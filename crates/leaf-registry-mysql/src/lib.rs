@@ -6,7 +6,7 @@ mod error;
 mod registry;
 mod store;
 
-pub use config::{MysqlConfig, MysqlRegistryConfig, MysqlStoreConfig};
+pub use config::{MysqlConfig, MysqlRegistryConfig, MysqlStoreConfig, REGISTRY_ONLY_KEYS};
 pub use registry::{LEAF_WORKERID_ALLOC_DDL, MysqlBackend, MysqlRegistry};
 pub use store::{LEAF_ALLOC_DDL, MysqlStore};
 
@@ -20,7 +20,7 @@ use leaf_core::{Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
 /// the database is the namespace.
 pub async fn open_store(config: &MysqlConfig, name: &str) -> Result<Arc<dyn SegmentStore>> {
     let _ = name;
-    config.validate()?;
+    config.validate_store()?;
     Ok(Arc::new(MysqlStore::connect(config).await?))
 }
 

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CachedRegistry, Error, HeldIdentity, Lease, LockAttempt, NodeIdentity,
-    RegistryCapabilities, Renewal, Result, SessionLock, WorkerIdBackend,
+    AcquireRequest, CachedRegistry, ClaimError, Error, HeldIdentity, IdentitySettings, Lease,
+    MarkWrite, NodeIdentity, RegistryCapabilities, Renewal, Result, SessionLock, WorkerIdBackend,
+    session_idle_limit,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool};
-use sqlx::{ConnectOptions, Row};
+use sqlx::{ConnectOptions, Connection, Row};
 
 use crate::config::{MysqlConfig, MysqlRegistryConfig};
 use crate::error::{bounded, is_duplicate, map_sqlx, map_sqlx_at_start};
@@ -42,11 +43,20 @@ pub type MysqlRegistry = CachedRegistry<MysqlBackend>;
 /// start-up time check is never skipped.
 ///
 /// **Exclusivity.** While it holds its worker id the node holds the MySQL user lock
-/// `GET_LOCK('leaf_workerid:{ip:port}')` on a dedicated connection (the fork's table is
+/// `GET_LOCK('leaf_workerid:{db}/{ip:port}')` on a dedicated connection (the fork's table is
 /// unchanged), so a second live process with the same `ip:port` (two containers that both see
 /// `172.17.0.2`, say) fails to start with an error naming the identity instead of issuing the
-/// same IDs. If that connection drops, the lock is taken again in the background; if another
-/// process took it meanwhile, the next renewal answers `LeaseLost`.
+/// same IDs. The connection's `wait_timeout` is set ([`leaf_core::session_idle_limit`]), so the
+/// lock never outlives a vanished process by more than that. If the connection drops, the lock
+/// is taken again on the next write; if another process took it meanwhile, or wrote the row's
+/// mark, the lease is lost. A start falls back to the cache file only when no connection to the
+/// server can be made at all.
+///
+/// **`fence_on_disconnect`** (off by default, Leaf's availability): every renewal writes the
+/// mark on the lock's connection before it counts, so the generator never issues past a mark
+/// the row holds under this node's lock; cut off from MySQL, the node stops within its mark
+/// window, and whoever takes the identity next starts above everything it issued. There is
+/// then no start from the cache file.
 pub struct MysqlBackend {
     pool: MySqlPool,
     config: MysqlConfig,
@@ -80,12 +90,17 @@ impl MysqlBackend {
         let lock = IdentityLock {
             opts: config.connect_options(KEY)?,
         };
+        let settings = IdentitySettings {
+            connect_timeout: config.connect_timeout(),
+            timeout: config.timeout(),
+            fence_on_disconnect: config.fence_on_disconnect,
+        };
         Ok(MysqlBackend {
             pool,
             config: config.clone(),
             file_name: format!("worker-mysql-{name}"),
             legacy_file_name: format!("worker-{name}"),
-            held: HeldIdentity::new(lock, config.timeout(), crate::error::BACKEND),
+            held: HeldIdentity::new(lock, settings, crate::error::BACKEND),
         })
     }
 
@@ -177,82 +192,87 @@ fn lock_name(database: &str, identity: &NodeIdentity) -> String {
 /// crash, so an immediate restart waits for it rather than refusing.
 const START_LOCK_WAIT: Duration = Duration::from_secs(2);
 
-/// `GET_LOCK(name, wait_s)`: whether this session got (or already had) the lock within
-/// `wait_s` seconds.
-async fn get_lock(conn: &mut MySqlConnection, name: &str, wait_s: u32) -> Result<bool> {
-    let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
-        .bind(name)
-        .bind(wait_s)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|e| map_sqlx(e, "the identity lock", KEY))?;
-    Ok(got == Some(1))
-}
-
 #[async_trait]
 impl SessionLock for IdentityLock {
     type Session = MySqlConnection;
 
-    async fn lock(&self, name: &str, attempt: LockAttempt) -> Result<Option<MySqlConnection>> {
-        let mut conn = match attempt {
-            LockAttempt::Start(_) => self
-                .opts
-                .connect()
-                .await
-                .map_err(|e| map_sqlx_at_start(e, "the identity lock", KEY))?,
-            LockAttempt::Renewal => self
-                .opts
-                .connect()
-                .await
-                .map_err(|e| map_sqlx(e, "the identity lock", KEY))?,
+    async fn connect(&self, at_start: bool, idle_limit: Duration) -> Result<MySqlConnection> {
+        let map = |e| match at_start {
+            true => map_sqlx_at_start(e, "the identity lock", KEY),
+            false => map_sqlx(e, "the identity lock", KEY),
         };
-        // GET_LOCK counts whole seconds; a renewal never waits.
-        let wait_s = match attempt {
-            LockAttempt::Start(wait) => u32::try_from(wait.as_secs()).unwrap_or(u32::MAX),
-            LockAttempt::Renewal => 0,
-        };
-        Ok(get_lock(&mut conn, name, wait_s).await?.then_some(conn))
+        let mut conn = self.opts.connect().await.map_err(map)?;
+        // The server ends the session (and frees the lock) this long after its last statement.
+        sqlx::query("SET SESSION wait_timeout = ?")
+            .bind(idle_limit.as_secs().max(1))
+            .execute(&mut conn)
+            .await
+            .map_err(map)?;
+        Ok(conn)
     }
 
-    async fn raise_mark(
+    async fn try_lock(
+        &self,
+        conn: &mut MySqlConnection,
+        name: &str,
+        wait: Duration,
+    ) -> Result<bool> {
+        // GET_LOCK counts whole seconds.
+        let wait_s = u32::try_from(wait.as_secs()).unwrap_or(u32::MAX);
+        let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+            .bind(name)
+            .bind(wait_s)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| map_sqlx(e, "the identity lock", KEY))?;
+        Ok(got == Some(1))
+    }
+
+    async fn read_mark(&self, conn: &mut MySqlConnection, worker_id: u64) -> Result<Option<u64>> {
+        let mark: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT max_timestamp FROM leaf_workerid_alloc WHERE id = ?")
+                .bind(worker_id)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| map_sqlx(e, "leaf_workerid_alloc", KEY))?;
+        Ok(mark.flatten().and_then(|m| u64::try_from(m).ok()))
+    }
+
+    async fn write_mark(
         &self,
         conn: &mut MySqlConnection,
         worker_id: u64,
         mark_ms: u64,
+        how: MarkWrite,
     ) -> Result<()> {
-        write_mark(&mut *conn, worker_id, mark_ms, MarkWrite::Raise).await
-    }
-}
-
-/// How a mark write treats the stored mark.
-#[derive(Clone, Copy)]
-enum MarkWrite {
-    /// Renewals: the stored mark never goes backwards.
-    Raise,
-    /// The graceful release: the last timestamp issued, which may be below the last renewal's.
-    Final,
-}
-
-async fn write_mark<'c>(
-    conn: impl sqlx::MySqlExecutor<'c>,
-    worker_id: u64,
-    mark_ms: u64,
-    how: MarkWrite,
-) -> Result<()> {
-    let sql = match how {
-        MarkWrite::Raise => {
-            "UPDATE leaf_workerid_alloc SET max_timestamp = GREATEST(COALESCE(max_timestamp, 0), ?) \
-             WHERE id = ?"
+        let sql = match how {
+            MarkWrite::Raise => {
+                "UPDATE leaf_workerid_alloc \
+                 SET max_timestamp = GREATEST(COALESCE(max_timestamp, 0), ?) WHERE id = ?"
+            }
+            MarkWrite::Final => "UPDATE leaf_workerid_alloc SET max_timestamp = ? WHERE id = ?",
+        };
+        let done = sqlx::query(sql)
+            .bind(i64::try_from(mark_ms).unwrap_or(i64::MAX))
+            .bind(worker_id)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| map_sqlx(e, "leaf_workerid_alloc", KEY))?;
+        // sqlx asks for found rows (CLIENT_FOUND_ROWS): a mark left as it was still counts 1,
+        // and 0 means the row is gone.
+        if done.rows_affected() == 0 {
+            return Err(Error::backend(
+                crate::error::BACKEND,
+                format!("worker id {worker_id} has no leaf_workerid_alloc row"),
+            ));
         }
-        MarkWrite::Final => "UPDATE leaf_workerid_alloc SET max_timestamp = ? WHERE id = ?",
-    };
-    sqlx::query(sql)
-        .bind(i64::try_from(mark_ms).unwrap_or(i64::MAX))
-        .bind(worker_id)
-        .execute(conn)
-        .await
-        .map_err(|e| map_sqlx(e, "leaf_workerid_alloc", KEY))?;
-    Ok(())
+        Ok(())
+    }
+
+    async fn close(&self, conn: MySqlConnection) {
+        // A goodbye, so that the server ends the session (and frees the lock) at once.
+        let _ = conn.close().await;
+    }
 }
 
 fn too_large(worker_id: u64, identity: &NodeIdentity, max: u64, source: &str) -> Error {
@@ -283,64 +303,68 @@ impl WorkerIdBackend for MysqlBackend {
         Some(&self.legacy_file_name)
     }
 
-    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
-        let limit = self.config.timeout() + self.config.connect_timeout();
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease, ClaimError> {
         let name = self.lock_name(&req.identity);
-        let (lock, (worker_id, server_mark)) = bounded(limit, "the worker id lookup", async {
-            // The identity lock before the row: two processes with one identity must not
-            // both start, whoever inserts the row.
-            let lock = self
-                .held
-                .lock_for_claim(&name, START_LOCK_WAIT)
-                .await?
-                .ok_or_else(|| {
-                    Error::AlreadyExists(format!(
-                        "node identity {} is in use by another live process (mysql lock \
-                         {name:?}); two processes with one ip:port would issue the same ids: \
-                         give each its own ip and port",
-                        req.identity
-                    ))
-                })?;
-            let row = self.row_for(&req.identity).await?;
-            Ok((lock, row))
-        })
-        .await?;
+        let idle_limit = session_idle_limit(req.renew_period);
+        // The identity lock before the row: two processes with one identity must not both
+        // start, whoever inserts the row.
+        let lock = self
+            .held
+            .lock_for_claim(&name, START_LOCK_WAIT, idle_limit)
+            .await?
+            .ok_or_else(|| {
+                Error::AlreadyExists(format!(
+                    "node identity {} is in use by another live process (mysql lock {name:?}); \
+                     two processes with one ip:port would issue the same ids: give each its own \
+                     ip and port",
+                    req.identity
+                ))
+            })?;
+        let limit = self.config.timeout() + self.config.connect_timeout();
+        let (worker_id, server_mark) =
+            bounded(limit, "the worker id lookup", self.row_for(&req.identity)).await?;
         if worker_id > req.max_worker_id {
             return Err(too_large(
                 worker_id,
                 &req.identity,
                 req.max_worker_id,
                 "leaf_workerid_alloc",
-            ));
+            )
+            .into());
         }
         let server_mark = server_mark.and_then(|m| u64::try_from(m).ok());
         tracing::info!(worker_id, ?server_mark, identity = %req.identity, "mysql worker id acquired");
-        self.held.hold(lock, server_mark).await;
+        self.held.hold(lock, server_mark, idle_limit).await;
         Ok(Lease::new(worker_id, server_mark))
     }
 
-    async fn resume_offline(&self, req: &AcquireRequest, lease: Lease) -> Result<Lease> {
-        self.held.hold_offline(&self.lock_name(&req.identity)).await;
+    async fn resume_offline(
+        &self,
+        req: &AcquireRequest,
+        lease: Lease,
+        cause: Error,
+    ) -> Result<Lease> {
+        let name = self.lock_name(&req.identity);
+        let idle_limit = session_idle_limit(req.renew_period);
+        self.held
+            .hold_offline(&name, lease.prev_mark_ms, idle_limit, cause)
+            .await?;
         Ok(lease)
     }
 
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
-        // The cache file is the durable record: the server's copy follows in the background.
-        Ok(self.held.renew(lease.worker_id, mark_ms))
+        // Without the fence the cache file is the durable record and the row follows in the
+        // background; with it the row is written first.
+        self.held.renew(lease.worker_id, mark_ms).await
     }
 
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
-        let worker_id = lease.worker_id;
-        let final_write = bounded(
-            self.config.timeout(),
-            "the final mark",
-            write_mark(&self.pool, worker_id, final_mark_ms, MarkWrite::Final),
-        );
-        // Closing the dedicated connection releases the identity lock.
-        if let Err(e) = self.held.release(final_write).await {
+        // Written on the lock's connection, then closed: the final mark never lands after
+        // the lock is free (and after the next holder's first mark).
+        if let Err(e) = self.held.release(lease.worker_id, final_mark_ms).await {
             // The cache file has the final mark; the server keeps a later one, which only
             // makes a start elsewhere wait a little.
-            tracing::warn!(worker_id, error = %e, "final mark not written to mysql");
+            tracing::warn!(worker_id = lease.worker_id, error = %e, "final mark not written to mysql");
         }
         Ok(())
     }

@@ -105,6 +105,7 @@ impl MysqlStore {
     /// server cannot be reached within the timeouts, `Config` if it refuses the credentials or
     /// the database.
     pub async fn connect(config: &MysqlStoreConfig) -> Result<Self> {
+        config.validate_store()?;
         let (pool, _) = pool(config, KEY)?;
         let store = MysqlStore {
             pool,

@@ -219,9 +219,6 @@ async fn renewals_never_lower_the_server_mark() {
     );
 }
 
-/// The identity lock's session dies (a server-side KILL, a network cut) and another process
-/// with the same identity starts meanwhile: the first one's renewals then answer `LeaseLost`
-/// (it re-takes the lock in the background and finds it held), so the two never both issue.
 /// The connection id holding `identity`'s lock, if a session holds it.
 async fn lock_holder(admin: &mut MySqlConnection, identity: &NodeIdentity) -> Option<i64> {
     sqlx::query_scalar("SELECT IS_USED_LOCK(CONCAT('leaf_workerid:', DATABASE(), '/', ?))")
@@ -231,11 +228,21 @@ async fn lock_holder(admin: &mut MySqlConnection, identity: &NodeIdentity) -> Op
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_lost_to_another_process_loses_the_lease() {
+/// The identity lock's session dies (a server-side termination, a network cut) and another
+/// process with the same identity starts meanwhile. With `fence_on_disconnect` no renewal of
+/// the first one counts once its session is gone: each fails (its mark write cannot commit)
+/// until one finds the lock taken and answers `LeaseLost`. Without it the renewals answer `Ok`
+/// until the background write finds the lock taken, and the two may both issue meanwhile (the
+/// documented risk of the default); then `LeaseLost`. What A's renewals answered after B
+/// acquired.
+async fn lock_lost_to_another_process(fence_on_disconnect: bool) -> Vec<String> {
     let fix = RegistryFix::new().await;
     let me = fix.identity(2);
-    let a = fix.node().await;
+    let config = MysqlConfig {
+        fence_on_disconnect,
+        ..common::config(&fix.db)
+    };
+    let a = fix.registry_with(fix.new_dir(), config.clone());
     let lease = a.acquire(&request(me.clone(), 1023)).await.unwrap();
     let mut admin = raw(&fix.db.url).await;
     let holder = lock_holder(&mut admin, &me)
@@ -254,22 +261,43 @@ async fn a_lock_lost_to_another_process_loses_the_lease() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let b = fix.node().await;
+    let b = fix.registry_with(fix.new_dir(), config);
     let theirs = b
         .acquire(&request(me.clone(), 1023))
         .await
         .expect("the identity is free once the first lock's session is gone");
     assert_eq!(theirs.worker_id, lease.worker_id);
-    let mut answer = Renewal::OK;
+    let mut answers = Vec::new();
     for _ in 0..100 {
-        answer = a.renew(&lease, now_ms() + 3000).await.unwrap();
-        if answer == Renewal::LeaseLost {
+        let answer = a.renew(&lease, now_ms() + 3000).await;
+        answers.push(format!("{answer:?}"));
+        if matches!(answer, Ok(Renewal::LeaseLost)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(answer, Renewal::LeaseLost);
+    assert_eq!(
+        answers.last().map(String::as_str),
+        Some("Ok(LeaseLost)"),
+        "{answers:?}"
+    );
     assert!(b.renew(&theirs, now_ms() + 3000).await.unwrap().is_ok());
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_fence_a_lock_lost_to_another_process_never_renews_again() {
+    let answers = lock_lost_to_another_process(true).await;
+    assert!(
+        answers.iter().all(|a| !a.starts_with("Ok(Ok")),
+        "a renewal counted after the lock's session was gone: {answers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_fence_a_lock_lost_to_another_process_loses_the_lease() {
+    let answers = lock_lost_to_another_process(false).await;
+    eprintln!("without fence_on_disconnect, A's renewals after B acquired: {answers:?}");
 }
 
 fn unreachable(dir: &std::path::Path) -> impl std::future::Future<Output = MysqlRegistry> + '_ {
@@ -431,4 +459,136 @@ async fn debug_output_hides_the_password() {
     let shown = format!("{node:?}");
     assert!(!shown.contains(":leaftest@"), "{shown}");
     assert!(shown.contains("root:***@"), "{shown}");
+}
+
+/// A second live process of one identity, its cache directory holding the identity's worker id
+/// from an earlier run, whose lock wait outlasts its timeouts (its link stalls once it has
+/// connected): never a start from the cache file while the first holds the identity (issue
+/// 23, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_whose_lock_wait_runs_out_never_starts_from_its_cache_file() {
+    let fix = &RegistryFix::new().await;
+    let make = |timeout_ms, connect_timeout_ms| {
+        move |dir, url: &str| -> std::sync::Arc<dyn WorkerIdRegistry> {
+            let config = MysqlConfig {
+                timeout_ms,
+                connect_timeout_ms,
+                ..MysqlConfig::with_url(url)
+            };
+            fix.registry_with(dir, config)
+        }
+    };
+    leaf_testkit::identity_cases::a_second_process_never_starts_from_its_cache_file(
+        &fix.db.url,
+        &make(5000, 3000),
+        &make(1000, 500),
+        Duration::from_secs(5),
+        Duration::from_millis(800),
+    )
+    .await;
+}
+
+/// The final mark goes on the lock's own session, so it never lands after the lock is free:
+/// a final write held up by a row lock (and given up on by the release's timeout) must not
+/// lower the row under the next holder of the identity (issue 23, item 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_final_mark_never_lands_under_the_next_holder() {
+    let fix = RegistryFix::new().await;
+    let me = fix.identity(6);
+    let config = MysqlConfig {
+        timeout_ms: 1000,
+        ..common::config(&fix.db)
+    };
+    let node = |dir| -> MysqlRegistry {
+        MysqlBackend::connect(&config, "leaf")
+            .expect("registry")
+            .registry(dir)
+    };
+    let a = node(fix.new_dir());
+    let lease = a.acquire(&request(me.clone(), 1023)).await.unwrap();
+    let high = now_ms() + 60_000;
+    assert_eq!(a.renew(&lease, high).await.unwrap(), Renewal::OK);
+    for _ in 0..500 {
+        if a.confirmed_mark_ms() == Some(high) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        a.confirmed_mark_ms(),
+        Some(high),
+        "the renewal never landed"
+    );
+    // Another transaction holds the worker's row: A's final write waits behind it, past the
+    // release's timeout.
+    let mut blocker = raw(&fix.db.url).await;
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("SELECT id FROM leaf_workerid_alloc WHERE id = ? FOR UPDATE")
+        .bind(lease.worker_id)
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let low = now_ms();
+    a.release(&lease, low).await.unwrap();
+    drop(a);
+    // B tries to take the identity while the final write is stuck, then after it went through.
+    let b = node(fix.new_dir());
+    let early = b.acquire(&request(me.clone(), 1023)).await;
+    sqlx::query("COMMIT").execute(&mut blocker).await.unwrap();
+    let theirs = match early {
+        Ok(lease) => lease,
+        Err(_) => {
+            let mut got = None;
+            for _ in 0..50 {
+                match b.acquire(&request(me.clone(), 1023)).await {
+                    Ok(lease) => {
+                        got = Some(lease);
+                        break;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+            got.expect("B takes the identity once A's session is gone")
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stored = stored_mark(&fix.db.url, lease.worker_id).await;
+    assert!(
+        stored.map(|m| m as u64) >= theirs.prev_mark_ms,
+        "B started from mark {:?}; the row went down to {stored:?} under it",
+        theirs.prev_mark_ms
+    );
+}
+
+/// With the fence a renewal counts once its row write matched the row: a mark left as it was
+/// (`GREATEST` of an equal or lower mark changes nothing) still counts, and a missing row does
+/// not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_fence_an_unchanged_mark_counts_and_a_missing_row_does_not() {
+    let fix = RegistryFix::new().await;
+    let config = MysqlConfig {
+        fence_on_disconnect: true,
+        ..common::config(&fix.db)
+    };
+    let node = fix.registry_with(fix.new_dir(), config);
+    let lease = node.acquire(&request(fix.identity(1), 1023)).await.unwrap();
+    let m = now_ms() + 3000;
+    for mark in [m, m, m - 1000] {
+        assert_eq!(
+            node.renew(&lease, mark).await.unwrap(),
+            Renewal::OK,
+            "{mark}"
+        );
+    }
+    assert_eq!(
+        stored_mark(&fix.db.url, lease.worker_id).await,
+        Some(m as i64)
+    );
+    sqlx::query("DELETE FROM leaf_workerid_alloc WHERE id = ?")
+        .bind(lease.worker_id)
+        .execute(&mut raw(&fix.db.url).await)
+        .await
+        .unwrap();
+    let e = node.renew(&lease, m + 1000).await.unwrap_err();
+    assert!(e.to_string().contains("no leaf_workerid_alloc row"), "{e}");
 }

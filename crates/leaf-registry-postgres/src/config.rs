@@ -45,7 +45,19 @@ pub struct PostgresConfig {
     /// A PEM file of the certificate authorities to trust for `verify-ca`/`verify-full`.
     /// Default: the URL's `sslrootcert`, else the built-in web PKI roots.
     pub ssl_root_cert: Option<PathBuf>,
+    /// The `postgres` workerId mode only (`[snowflake.postgres]`; refused in `[segment]`):
+    /// every renewal writes the time mark on the identity lock's connection and counts only
+    /// once it committed there, so a node cut off from PostgreSQL stops issuing within
+    /// `mark_window_ms` and whoever takes its identity next starts above everything it issued;
+    /// there is no start from the cache file. Off (Leaf's availability): renewals count once
+    /// the cache file has the mark, the row follows in the background, and a node keeps issuing
+    /// while PostgreSQL is down. Default `false`.
+    pub fence_on_disconnect: bool,
 }
+
+/// The keys of [`PostgresConfig`] that only the workerId mode takes: a segment store's table
+/// refuses them.
+pub const REGISTRY_ONLY_KEYS: &[&str] = &["fence_on_disconnect"];
 
 /// The segment store's settings (`[segment]` with `store = "postgres"`).
 pub type PostgresStoreConfig = PostgresConfig;
@@ -65,6 +77,7 @@ impl Default for PostgresConfig {
             lock_timeout_ms: 3000,
             ssl_mode: None,
             ssl_root_cert: None,
+            fence_on_disconnect: false,
         }
     }
 }
@@ -95,6 +108,20 @@ impl PostgresConfig {
             ("lock_timeout_ms", self.lock_timeout_ms, 1, HOUR_MS),
         ])?;
         self.connect_options("url").map(drop)
+    }
+
+    /// [`validate`](Self::validate) for the segment store: also `Config` for a workerId mode's
+    /// key set to a value other than its default.
+    pub fn validate_store(&self) -> Result<()> {
+        self.validate()?;
+        if self.fence_on_disconnect {
+            return Err(Error::Config(
+                "fence_on_disconnect is a key of the postgres workerId mode \
+                 ([snowflake.postgres]); the segment store does not take it"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The connection options, with every session's timeouts, or `Config` naming what is wrong
@@ -161,6 +188,7 @@ impl fmt::Debug for PostgresConfig {
             .field("lock_timeout_ms", &self.lock_timeout_ms)
             .field("ssl_mode", &self.ssl_mode)
             .field("ssl_root_cert", &self.ssl_root_cert)
+            .field("fence_on_disconnect", &self.fence_on_disconnect)
             .finish()
     }
 }
@@ -198,6 +226,7 @@ mod tests {
         assert_eq!(c.max_connections, 8);
         assert_eq!(c.connect_timeout_ms, 3000);
         assert_eq!(c.timeout_ms, 5000);
+        assert!(!c.fence_on_disconnect);
         assert_eq!(c.lock_timeout_ms, 3000);
         assert_eq!(
             (c.username, c.password, c.ssl_mode, c.ssl_root_cert),

@@ -6,7 +6,7 @@ mod error;
 mod registry;
 mod store;
 
-pub use config::{PostgresConfig, PostgresRegistryConfig, PostgresStoreConfig};
+pub use config::{PostgresConfig, PostgresRegistryConfig, PostgresStoreConfig, REGISTRY_ONLY_KEYS};
 pub use registry::{LEAF_WORKERID_ALLOC_DDL, PostgresBackend, PostgresRegistry};
 pub use store::{LEAF_ALLOC_DDL, PostgresStore};
 
@@ -20,7 +20,7 @@ use leaf_core::{Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
 /// `name` (the leaf name) is not used: the database is the namespace.
 pub async fn open_store(config: &PostgresConfig, name: &str) -> Result<Arc<dyn SegmentStore>> {
     let _ = name;
-    config.validate()?;
+    config.validate_store()?;
     // Boxed: the server's start-up future holds this one, and with sqlx's futures nested in
     // it unboxed, computing its layout passes the compiler's query depth limit (release builds
     // of leaf-server failed so).

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CachedRegistry, Error, HeldIdentity, Lease, LockAttempt, NodeIdentity,
-    RegistryCapabilities, Renewal, Result, SessionLock, WorkerIdBackend,
+    AcquireRequest, CachedRegistry, ClaimError, Error, HeldIdentity, IdentitySettings, Lease,
+    MarkWrite, NodeIdentity, RegistryCapabilities, Renewal, Result, SessionLock, WorkerIdBackend,
+    session_idle_limit,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use sqlx::{ConnectOptions, Connection, Row};
@@ -46,9 +47,18 @@ pub type PostgresRegistry = CachedRegistry<PostgresBackend>;
 /// `pg_try_advisory_lock(hashtextextended('leaf_workerid:{ip:port}', 0))` on a dedicated
 /// connection, so a second live process with the same `ip:port` fails to start with an error
 /// naming the identity instead of issuing the same IDs. A start waits up to 2 s for the lock
-/// (a crashed predecessor's session ends when the server notices its closed connection). If
-/// the lock's connection drops, the lock is taken again in the background; if another process
-/// took it meanwhile, the next renewal answers `LeaseLost`.
+/// (a crashed predecessor's session ends when the server notices its closed connection). The
+/// connection's `idle_session_timeout` (PostgreSQL 14 and later) and TCP keepalives are set
+/// ([`leaf_core::session_idle_limit`]), so the lock never outlives a vanished process by long.
+/// If the connection drops, the lock is taken again on the next write; if another process took
+/// it meanwhile, or wrote the row's mark, the lease is lost. A start falls back to the cache
+/// file only when no connection to the server can be made at all.
+///
+/// **`fence_on_disconnect`** (off by default): every renewal writes the mark on the lock's
+/// connection before it counts, so the generator never issues past a mark the row holds under
+/// this node's lock; cut off from PostgreSQL, the node stops within its mark window, and
+/// whoever takes the identity next starts above everything it issued. There is then no start
+/// from the cache file.
 pub struct PostgresBackend {
     pool: PgPool,
     config: PostgresConfig,
@@ -79,11 +89,16 @@ impl PostgresBackend {
         let lock = IdentityLock {
             opts: config.connect_options(KEY)?,
         };
+        let settings = IdentitySettings {
+            connect_timeout: config.connect_timeout(),
+            timeout: config.timeout(),
+            fence_on_disconnect: config.fence_on_disconnect,
+        };
         Ok(PostgresBackend {
             pool: pool(config, KEY)?,
             config: config.clone(),
             file_name: format!("worker-postgres-{name}"),
-            held: HeldIdentity::new(lock, config.timeout(), crate::error::BACKEND),
+            held: HeldIdentity::new(lock, settings, crate::error::BACKEND),
         })
     }
 
@@ -190,9 +205,14 @@ const START_LOCK_WAIT: Duration = Duration::from_secs(2);
 /// with a wait of its own other than `lock_timeout`, which is the sessions' allocation bound).
 const LOCK_POLL: Duration = Duration::from_millis(100);
 
+/// The server's TCP keepalives on the lock's connection, in seconds: idle time before the
+/// first probe, the interval between probes, and how many may go unanswered. A client that
+/// vanished (its host gone) loses its session, and the lock, in about 25 s.
+const KEEPALIVES: (u32, u32, u32) = (10, 5, 3);
+
 /// `pg_try_advisory_lock` on the key of `name`: whether this session got (or already had) the
 /// lock. Never waits.
-async fn try_lock(conn: &mut PgConnection, name: &str) -> Result<bool> {
+async fn try_lock_once(conn: &mut PgConnection, name: &str) -> Result<bool> {
     sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
         .bind(name)
         .fetch_one(&mut *conn)
@@ -204,73 +224,95 @@ async fn try_lock(conn: &mut PgConnection, name: &str) -> Result<bool> {
 impl SessionLock for IdentityLock {
     type Session = PgConnection;
 
-    async fn lock(&self, name: &str, attempt: LockAttempt) -> Result<Option<PgConnection>> {
-        let (wait, at_start) = match attempt {
-            LockAttempt::Start(wait) => (wait, true),
-            LockAttempt::Renewal => (Duration::ZERO, false),
-        };
+    async fn connect(&self, at_start: bool, idle_limit: Duration) -> Result<PgConnection> {
         let map = |e| match at_start {
             true => map_sqlx_at_start(e, "the identity lock", KEY),
             false => map_sqlx(e, "the identity lock", KEY),
         };
         let mut conn = self.opts.connect().await.map_err(map)?;
-        let deadline = Instant::now() + wait;
-        while !try_lock(&mut conn, name).await? {
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            tokio::time::sleep(LOCK_POLL).await;
-        }
-        Ok(Some(conn))
+        // The server ends the session (and frees the lock) this long after its last statement
+        // (`idle_session_timeout` exists from PostgreSQL 14), and probes a silent client.
+        let (idle, interval, count) = KEEPALIVES;
+        sqlx::query(
+            "SELECT set_config('tcp_keepalives_idle', $1, false), \
+                    set_config('tcp_keepalives_interval', $2, false), \
+                    set_config('tcp_keepalives_count', $3, false), \
+                    CASE WHEN current_setting('server_version_num')::int >= 140000 \
+                         THEN set_config('idle_session_timeout', $4, false) END",
+        )
+        .bind(idle.to_string())
+        .bind(interval.to_string())
+        .bind(count.to_string())
+        .bind(format!("{}ms", idle_limit.as_millis()))
+        .execute(&mut conn)
+        .await
+        .map_err(map)?;
+        Ok(conn)
     }
 
-    async fn raise_mark(
+    async fn try_lock(&self, conn: &mut PgConnection, name: &str, wait: Duration) -> Result<bool> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if try_lock_once(conn, name).await? {
+                return Ok(true);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            // Never past the deadline: the caller's bound covers the wait and one more try.
+            tokio::time::sleep(left.min(LOCK_POLL)).await;
+        }
+    }
+
+    async fn read_mark(&self, conn: &mut PgConnection, worker_id: u64) -> Result<Option<u64>> {
+        let mark: Option<Option<i64>> = sqlx::query_scalar(
+            "SELECT max_timestamp::bigint FROM leaf_workerid_alloc WHERE id = $1",
+        )
+        .bind(i64::try_from(worker_id).unwrap_or(i64::MAX))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| map_sqlx(e, "leaf_workerid_alloc", KEY))?;
+        Ok(mark.flatten().and_then(|m| u64::try_from(m).ok()))
+    }
+
+    async fn write_mark(
         &self,
         conn: &mut PgConnection,
         worker_id: u64,
         mark_ms: u64,
+        how: MarkWrite,
     ) -> Result<()> {
-        write_mark(&mut *conn, worker_id, mark_ms, MarkWrite::Raise).await
+        let sql = match how {
+            MarkWrite::Raise => {
+                "UPDATE leaf_workerid_alloc SET max_timestamp = \
+                 GREATEST(COALESCE(max_timestamp, 0), $1), update_time = CURRENT_TIMESTAMP \
+                 WHERE id = $2"
+            }
+            MarkWrite::Final => {
+                "UPDATE leaf_workerid_alloc SET max_timestamp = $1, \
+                 update_time = CURRENT_TIMESTAMP WHERE id = $2"
+            }
+        };
+        let done = sqlx::query(sql)
+            .bind(i64::try_from(mark_ms).unwrap_or(i64::MAX))
+            .bind(i64::try_from(worker_id).unwrap_or(i64::MAX))
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| map_sqlx(e, "leaf_workerid_alloc", KEY))?;
+        if done.rows_affected() == 0 {
+            return Err(Error::backend(
+                crate::error::BACKEND,
+                format!("worker id {worker_id} has no leaf_workerid_alloc row"),
+            ));
+        }
+        Ok(())
     }
 
     async fn close(&self, conn: PgConnection) {
         // A goodbye, so that the server ends the session (and frees the lock) at once.
         let _ = conn.close().await;
     }
-}
-
-/// How a mark write treats the stored mark.
-#[derive(Clone, Copy)]
-enum MarkWrite {
-    /// Renewals: the stored mark never goes backwards.
-    Raise,
-    /// The graceful release: the last timestamp issued, which may be below the last renewal's.
-    Final,
-}
-
-async fn write_mark<'c>(
-    conn: impl sqlx::PgExecutor<'c>,
-    worker_id: u64,
-    mark_ms: u64,
-    how: MarkWrite,
-) -> Result<()> {
-    let sql = match how {
-        MarkWrite::Raise => {
-            "UPDATE leaf_workerid_alloc SET max_timestamp = GREATEST(COALESCE(max_timestamp, 0), $1), \
-             update_time = CURRENT_TIMESTAMP WHERE id = $2"
-        }
-        MarkWrite::Final => {
-            "UPDATE leaf_workerid_alloc SET max_timestamp = $1, update_time = CURRENT_TIMESTAMP \
-             WHERE id = $2"
-        }
-    };
-    sqlx::query(sql)
-        .bind(i64::try_from(mark_ms).unwrap_or(i64::MAX))
-        .bind(i64::try_from(worker_id).unwrap_or(i64::MAX))
-        .execute(conn)
-        .await
-        .map_err(|e| map_sqlx(e, "leaf_workerid_alloc", KEY))?;
-    Ok(())
 }
 
 fn too_large(worker_id: u64, identity: &NodeIdentity, max: u64, source: &str) -> Error {
@@ -295,63 +337,72 @@ impl WorkerIdBackend for PostgresBackend {
         &self.file_name
     }
 
-    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
-        let limit = self.config.timeout() + self.config.connect_timeout() + START_LOCK_WAIT;
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease, ClaimError> {
         let name = lock_name(&req.identity);
-        let (lock, (worker_id, server_mark)) = bounded(limit, "the worker id lookup", async {
-            // The identity lock before the row: two processes with one identity must not
-            // both start, whoever inserts the row.
-            let lock = self
-                .held
-                .lock_for_claim(&name, START_LOCK_WAIT)
-                .await?
-                .ok_or_else(|| {
-                    Error::AlreadyExists(format!(
-                        "node identity {} is in use by another live process (postgres \
-                         advisory lock {name:?}); two processes with one ip:port would issue \
-                         the same ids: give each its own ip and port",
-                        req.identity
-                    ))
-                })?;
-            let row = self.row_for(&req.identity).await?;
-            Ok((lock, row))
-        })
-        .await?;
+        let idle_limit = session_idle_limit(req.renew_period);
+        // The identity lock before the row: two processes with one identity must not both
+        // start, whoever inserts the row.
+        let lock = self
+            .held
+            .lock_for_claim(&name, START_LOCK_WAIT, idle_limit)
+            .await?
+            .ok_or_else(|| {
+                Error::AlreadyExists(format!(
+                    "node identity {} is in use by another live process (postgres advisory \
+                     lock {name:?}); two processes with one ip:port would issue the same ids: \
+                     give each its own ip and port",
+                    req.identity
+                ))
+            })?;
+        let limit = self.config.timeout() + self.config.connect_timeout();
+        let (worker_id, server_mark) =
+            bounded(limit, "the worker id lookup", self.row_for(&req.identity)).await?;
         if worker_id > req.max_worker_id {
             return Err(too_large(
                 worker_id,
                 &req.identity,
                 req.max_worker_id,
                 "leaf_workerid_alloc",
-            ));
+            )
+            .into());
         }
         let server_mark = server_mark.and_then(|m| u64::try_from(m).ok());
         tracing::info!(worker_id, ?server_mark, identity = %req.identity, "postgres worker id acquired");
-        self.held.hold(lock, server_mark).await;
+        self.held.hold(lock, server_mark, idle_limit).await;
         Ok(Lease::new(worker_id, server_mark))
     }
 
-    async fn resume_offline(&self, req: &AcquireRequest, lease: Lease) -> Result<Lease> {
-        self.held.hold_offline(&lock_name(&req.identity)).await;
+    async fn resume_offline(
+        &self,
+        req: &AcquireRequest,
+        lease: Lease,
+        cause: Error,
+    ) -> Result<Lease> {
+        let idle_limit = session_idle_limit(req.renew_period);
+        self.held
+            .hold_offline(
+                &lock_name(&req.identity),
+                lease.prev_mark_ms,
+                idle_limit,
+                cause,
+            )
+            .await?;
         Ok(lease)
     }
 
     async fn renew(&self, lease: &Lease, mark_ms: u64) -> Result<Renewal> {
-        // The cache file is the durable record: the server's copy follows in the background.
-        Ok(self.held.renew(lease.worker_id, mark_ms))
+        // Without the fence the cache file is the durable record and the row follows in the
+        // background; with it the row is written first.
+        self.held.renew(lease.worker_id, mark_ms).await
     }
 
     async fn release(&self, lease: &Lease, final_mark_ms: u64) -> Result<()> {
-        let worker_id = lease.worker_id;
-        let final_write = bounded(
-            self.config.timeout(),
-            "the final mark",
-            write_mark(&self.pool, worker_id, final_mark_ms, MarkWrite::Final),
-        );
-        if let Err(e) = self.held.release(final_write).await {
+        // Written on the lock's connection, then closed: the final mark never lands after
+        // the lock is free (and after the next holder's first mark).
+        if let Err(e) = self.held.release(lease.worker_id, final_mark_ms).await {
             // The cache file has the final mark; the server keeps a later one, which only
             // makes a start elsewhere wait a little.
-            tracing::warn!(worker_id, error = %e, "final mark not written to postgres");
+            tracing::warn!(worker_id = lease.worker_id, error = %e, "final mark not written to postgres");
         }
         Ok(())
     }

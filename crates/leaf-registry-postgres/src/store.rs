@@ -131,6 +131,7 @@ impl PostgresStore {
     /// checks that the table has Leaf's columns. Fails with `Unavailable` if the server cannot
     /// be reached within the timeouts, `Config` if it refuses the credentials or the database.
     pub async fn connect(config: &PostgresStoreConfig) -> Result<Self> {
+        config.validate_store()?;
         let store = PostgresStore {
             pool: pool(config, KEY)?,
             config: config.clone(),

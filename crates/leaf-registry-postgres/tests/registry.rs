@@ -321,14 +321,20 @@ async fn a_restart_right_after_a_crash_gets_the_identity_back() {
 }
 
 /// The identity lock's session dies (a server-side termination, a network cut) and another
-/// process with the same identity starts meanwhile: the first one's renewals then answer
-/// `LeaseLost` (it re-takes the lock in the background and finds it held), so the two never
-/// both issue.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_lost_to_another_process_loses_the_lease() {
+/// process with the same identity starts meanwhile. With `fence_on_disconnect` no renewal of
+/// the first one counts once its session is gone: each fails (its mark write cannot commit)
+/// until one finds the lock taken and answers `LeaseLost`. Without it the renewals answer `Ok`
+/// until the background write finds the lock taken, and the two may both issue meanwhile (the
+/// documented risk of the default); then `LeaseLost`. What A's renewals answered after B
+/// acquired.
+async fn lock_lost_to_another_process(fence_on_disconnect: bool) -> Vec<String> {
     let fix = RegistryFix::new().await;
     let me = fix.identity(2);
-    let a = fix.node().await;
+    let config = PostgresConfig {
+        fence_on_disconnect,
+        ..common::config(&fix.db)
+    };
+    let a = fix.registry_with(fix.new_dir(), config.clone());
     let lease = a.acquire(&request(me.clone(), 1023)).await.unwrap();
     let holder = lock_holder(&fix.db.url, &me)
         .await
@@ -348,22 +354,43 @@ async fn a_lock_lost_to_another_process_loses_the_lease() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let b = fix.node().await;
+    let b = fix.registry_with(fix.new_dir(), config);
     let theirs = b
         .acquire(&request(me.clone(), 1023))
         .await
         .expect("the identity is free once the first lock's session is gone");
     assert_eq!(theirs.worker_id, lease.worker_id);
-    let mut answer = Renewal::OK;
+    let mut answers = Vec::new();
     for _ in 0..100 {
-        answer = a.renew(&lease, now_ms() + 3000).await.unwrap();
-        if answer == Renewal::LeaseLost {
+        let answer = a.renew(&lease, now_ms() + 3000).await;
+        answers.push(format!("{answer:?}"));
+        if matches!(answer, Ok(Renewal::LeaseLost)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(answer, Renewal::LeaseLost);
+    assert_eq!(
+        answers.last().map(String::as_str),
+        Some("Ok(LeaseLost)"),
+        "{answers:?}"
+    );
     assert!(b.renew(&theirs, now_ms() + 3000).await.unwrap().is_ok());
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_fence_a_lock_lost_to_another_process_never_renews_again() {
+    let answers = lock_lost_to_another_process(true).await;
+    assert!(
+        answers.iter().all(|a| !a.starts_with("Ok(Ok")),
+        "a renewal counted after the lock's session was gone: {answers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_fence_a_lock_lost_to_another_process_loses_the_lease() {
+    let answers = lock_lost_to_another_process(false).await;
+    eprintln!("without fence_on_disconnect, A's renewals after B acquired: {answers:?}");
 }
 
 /// The identity lock's session dies and nobody takes the identity: the next renewals take the
@@ -508,4 +535,31 @@ async fn debug_output_hides_the_password() {
     let shown = format!("{node:?}");
     assert!(!shown.contains(":leaftest@"), "{shown}");
     assert!(shown.contains("postgres:***@"), "{shown}");
+}
+
+/// A second live process of one identity, its cache directory holding the identity's worker id
+/// from an earlier run, whose lock wait outlasts its timeouts (its link stalls once it has
+/// connected): never a start from the cache file while the first holds the identity (issue
+/// 23, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_whose_lock_wait_runs_out_never_starts_from_its_cache_file() {
+    let fix = &RegistryFix::new().await;
+    let make = |timeout_ms, connect_timeout_ms| {
+        move |dir, url: &str| -> std::sync::Arc<dyn WorkerIdRegistry> {
+            let config = PostgresConfig {
+                timeout_ms,
+                connect_timeout_ms,
+                ..PostgresConfig::with_url(url)
+            };
+            fix.registry_with(dir, config)
+        }
+    };
+    leaf_testkit::identity_cases::a_second_process_never_starts_from_its_cache_file(
+        &fix.db.url,
+        &make(5000, 3000),
+        &make(1000, 500),
+        Duration::from_secs(5),
+        Duration::from_millis(800),
+    )
+    .await;
 }

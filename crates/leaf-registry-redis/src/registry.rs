@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CachedRegistry, Error, Lease, LeaseToken, RegistryCapabilities, Renewal,
-    Result, WorkerIdBackend,
+    AcquireRequest, CachedRegistry, ClaimError, Error, Lease, LeaseToken, RegistryCapabilities,
+    Renewal, Result, WorkerIdBackend,
 };
 use redis::Script;
 use tokio::sync::Mutex;
@@ -211,7 +211,7 @@ impl WorkerIdBackend for RedisBackend {
         Some((self.conn.config().lease_ttl(), "lease_ttl_ms"))
     }
 
-    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease, ClaimError> {
         let ttl = self.conn.config().lease_ttl();
         let mut state = self.lease.lock().await;
         let token = new_token();
@@ -250,12 +250,13 @@ impl WorkerIdBackend for RedisBackend {
                     "every worker id in 0..={max} is in use; one comes back when its owner stops \
                      or after its lease ttl"
                 ))
-            });
+            }
+            .into());
         }
         let worker_id = id as u64;
         if !replicated {
             self.give_back(worker_id, token).await;
-            return Err(not_replicated());
+            return Err(not_replicated().into());
         }
         let carried = (mark > 0).then_some(mark);
         let lease = Lease::new(worker_id, carried)

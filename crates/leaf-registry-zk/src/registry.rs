@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CachedRegistry, Clock, Lease, LeaseToken, NodeIdentity, RegistryCapabilities,
-    Renewal, Result, SystemClock, WorkerIdBackend,
+    AcquireRequest, CachedRegistry, ClaimError, Clock, Lease, LeaseToken, NodeIdentity,
+    RegistryCapabilities, Renewal, Result, SystemClock, WorkerIdBackend,
 };
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -334,12 +334,19 @@ impl WorkerIdBackend for ZkBackend {
         }
     }
 
-    async fn claim(&self, req: &AcquireRequest) -> Result<Lease> {
+    async fn claim(&self, req: &AcquireRequest) -> Result<Lease, ClaimError> {
         if self.mode == ZkMode::Recycle {
             // Before the claim: in a pool full of crashed nodes' ids, this recycler is the one
             // that frees them.
             self.ensure_recycler();
         }
+        // A session first: only a ZooKeeper that cannot be reached at all is a reason to start
+        // from the cache file; once a session is open, an error (in the live lock's wait,
+        // say) is never that, or a second live process of this identity could start.
+        self.session
+            .client()
+            .await
+            .map_err(ClaimError::unreachable)?;
         let mut state = self.lease.lock().await;
         let (lease, h) = match self.mode {
             ZkMode::Normal => self.claim_normal(req).await?,
@@ -349,12 +356,15 @@ impl WorkerIdBackend for ZkBackend {
         Ok(lease)
     }
 
-    async fn resume_offline(&self, req: &AcquireRequest, lease: Lease) -> Result<Lease> {
+    async fn resume_offline(
+        &self,
+        req: &AcquireRequest,
+        lease: Lease,
+        cause: leaf_core::Error,
+    ) -> Result<Lease> {
         if self.mode == ZkMode::Recycle {
             // Never reached: a recycling registry does not start from the cache file.
-            return Err(leaf_core::Error::Unavailable(
-                "zookeeper cannot be reached".into(),
-            ));
+            return Err(cause);
         }
         let mut state = self.lease.lock().await;
         let (lease, h) = self.resume_normal(req, lease).await?;

@@ -619,7 +619,7 @@ async fn zk_normal_started_from_the_cache_file_takes_its_lock_once_zookeeper_is_
     let lease = first.acquire(&request(me(), 1023)).await.unwrap();
     drop(first); // a crash; its session (and live lock) goes with it
 
-    let proxy = Proxy::start().await;
+    let proxy = common::proxy().await;
     proxy.set_up(false);
     let node = through(&fix, &proxy, dir);
     let again = node.acquire(&request(me(), 1023)).await.unwrap();
@@ -650,7 +650,7 @@ async fn zk_normal_started_from_the_cache_file_takes_its_lock_once_zookeeper_is_
 async fn zookeeper_stopped_while_serving() {
     // zk_normal keeps renewing into the cache file.
     let fix = ZkFix::new(ZkMode::Normal).await;
-    let proxy = Proxy::start().await;
+    let proxy = common::proxy().await;
     let node = through(&fix, &proxy, fix.new_dir());
     let lease = node.acquire(&request(me(), 1023)).await.unwrap();
     proxy.set_up(false);
@@ -666,7 +666,7 @@ async fn zookeeper_stopped_while_serving() {
 
     // zk_recycle cannot renew (the caller fences at its limit), then renews again.
     let fix = ZkFix::with_config(ZkMode::Recycle, |c| c.recycle_idle_timeout_ms = 60_000).await;
-    let proxy = Proxy::start().await;
+    let proxy = common::proxy().await;
     let node = through(&fix, &proxy, fix.new_dir());
     let lease = node.acquire(&request(me(), 1023)).await.unwrap();
     proxy.set_up(false);
@@ -708,4 +708,33 @@ async fn zk_normal_confirms_the_current_leases_marks_only() {
         None,
         "nothing confirmed for the new lease yet"
     );
+}
+
+/// `zk_normal`: a second live process of one identity, its cache directory holding the
+/// identity's worker id from an earlier run, whose wait for the live lock ends in a ZooKeeper
+/// error (its link stalls once it has connected): never a start from the cache file while the
+/// first holds the identity (issue 23, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_whose_lock_wait_fails_never_starts_from_its_cache_file() {
+    let fix = &ZkFix::new(ZkMode::Normal).await;
+    let make = |dir, address: &str| -> std::sync::Arc<dyn WorkerIdRegistry> {
+        let config = ZkConfig {
+            address: address.to_owned(),
+            ..fix.config.clone()
+        };
+        std::sync::Arc::new(
+            ZkBackend::connect(&config, ZkMode::Normal, NAME)
+                .map(|b| b.registry(dir))
+                .expect("registry"),
+        )
+    };
+    let address = fix.config.address.split(',').next().unwrap().to_owned();
+    leaf_testkit::identity_cases::a_second_process_never_starts_from_its_cache_file(
+        &address,
+        &make,
+        &make,
+        Duration::from_secs(5),
+        Duration::from_millis(800),
+    )
+    .await;
 }

@@ -16,24 +16,7 @@ use common::{NAME, Proxy, ZkFix};
 use leaf_core::{NodeIdentity, SystemClock};
 use leaf_registry_zk::{ZkBackend, ZkConfig, ZkMode, ZkRegistry};
 use leaf_snowflake::{Snowflake, SnowflakeConfig};
-
-/// The IDs one generator issued, each batch with the instant it came back.
-type Issued = Vec<(Instant, Vec<i64>)>;
-
-/// Issues batches from `sf` until `stop`, a batch about every millisecond; errors (a fenced
-/// generator) are simply not recorded.
-fn drive(sf: Snowflake, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Issued> {
-    tokio::spawn(async move {
-        let mut issued = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
-            if let Ok(ids) = sf.next_ids(64).await {
-                issued.push((Instant::now(), ids));
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        issued
-    })
-}
+use leaf_testkit::identity_cases::{Issued, drive};
 
 struct Outcome {
     /// When A's proxy was cut, and when B's generator started.
@@ -108,7 +91,7 @@ async fn partition(fence_on_disconnect: bool) -> Outcome {
             sf
         }
     };
-    let (proxy_a, proxy_b) = (Proxy::start().await, Proxy::start().await);
+    let (proxy_a, proxy_b) = (common::proxy().await, common::proxy().await);
     let stop = Arc::new(AtomicBool::new(false));
 
     let a = start(node(&proxy_a)).await;
@@ -186,7 +169,7 @@ async fn without_fence_on_disconnect_a_partitioned_node_keeps_issuing_beside_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_fence_on_disconnect_a_node_resumes_once_zookeeper_confirms_its_lock_again() {
     let fix = ZkFix::with_config(ZkMode::Normal, |c| c.fence_on_disconnect = true).await;
-    let proxy = Proxy::start().await;
+    let proxy = common::proxy().await;
     let config = ZkConfig {
         address: proxy.address.clone(),
         ..fix.config.clone()

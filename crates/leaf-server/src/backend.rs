@@ -32,6 +32,9 @@ pub(crate) struct Backend {
     pub defaults: Option<fn() -> Value>,
     /// Reads a table at `path` and validates it by its backend's rules.
     check: Option<Check>,
+    /// Keys of its configuration type that belong to the other section's table of the same
+    /// crate (a workerId mode's key in a store's table): refused here, naming the section.
+    refused: &'static [&'static str],
 }
 
 /// Reads a table of a backend and validates it by the backend's rules.
@@ -68,6 +71,23 @@ impl Backend {
         }
     }
 
+    /// `Config` naming the first key of `value` that belongs to the other section's table.
+    fn refuse_foreign_keys(&self, value: Option<&Value>) -> Result<()> {
+        let Some(Value::Dict(_, dict)) = value else {
+            return Ok(());
+        };
+        match self.refused.iter().find(|k| dict.contains_key(**k)) {
+            Some(key) => Err(Error::Config(format!(
+                "key {}.{key}: {key} is a key of [snowflake.{}] (the workerId mode); [{}] does \
+                 not take it",
+                self.path,
+                self.table(),
+                self.key.split('.').next().unwrap_or(self.key),
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// `e` with its fields named as keys of the table (see [`in_section`]).
     fn keyed(&self, e: Error) -> Error {
         in_section(e, self.path, &self.fields())
@@ -78,14 +98,26 @@ impl Backend {
 /// feature `$feature`.
 macro_rules! backend {
     ($key:literal = $name:literal, $path:literal, $feature:literal, $ty:ty) => {
+        backend!($key = $name, $path, $feature, $ty, refusing & [])
+    };
+    ($key:literal = $name:literal, $path:literal, $feature:literal, $ty:ty, refusing $refused:expr) => {
         Backend {
             key: $key,
             name: $name,
             path: $path,
             feature: $feature,
             #[cfg(feature = $feature)]
+            refused: $refused,
+            #[cfg(not(feature = $feature))]
+            refused: &[],
+            #[cfg(feature = $feature)]
             defaults: Some(|| {
-                Value::serialize(<$ty>::default()).unwrap_or_else(|_| Value::from(Dict::new()))
+                let mut defaults =
+                    Value::serialize(<$ty>::default()).unwrap_or_else(|_| Value::from(Dict::new()));
+                if let Value::Dict(_, d) = &mut defaults {
+                    d.retain(|k, _| !$refused.contains(&k.as_str()));
+                }
+                defaults
             }),
             #[cfg(not(feature = $feature))]
             defaults: None,
@@ -101,8 +133,8 @@ macro_rules! backend {
 #[rustfmt::skip]
 pub(crate) const BACKENDS: &[Backend] = &[
     backend!("segment.store" = "sqlite", "segment.sqlite", "sqlite", leaf_registry_local::SqliteStoreConfig),
-    backend!("segment.store" = "mysql", "segment.mysql", "mysql", leaf_registry_mysql::MysqlConfig),
-    backend!("segment.store" = "postgres", "segment.postgres", "postgres", leaf_registry_postgres::PostgresConfig),
+    backend!("segment.store" = "mysql", "segment.mysql", "mysql", leaf_registry_mysql::MysqlConfig, refusing leaf_registry_mysql::REGISTRY_ONLY_KEYS),
+    backend!("segment.store" = "postgres", "segment.postgres", "postgres", leaf_registry_postgres::PostgresConfig, refusing leaf_registry_postgres::REGISTRY_ONLY_KEYS),
     backend!("segment.store" = "etcd", "segment.etcd", "etcd", leaf_registry_etcd::EtcdConfig),
     backend!("segment.store" = "redis", "segment.redis", "redis", leaf_registry_redis::RedisConfig),
     backend!("snowflake.mode" = "local", "snowflake.local", "local", leaf_registry_local::LocalRegistryConfig),
@@ -144,6 +176,7 @@ fn read_backend<C: DeserializeOwned>(
     backend: &Backend,
     validate: fn(&C) -> Result<()>,
 ) -> Result<C> {
+    backend.refuse_foreign_keys(value)?;
     let config: C = read(value, backend.path)?;
     validate(&config).map_err(|e| backend.keyed(e))?;
     Ok(config)
@@ -734,6 +767,54 @@ mod tests {
         let r = mode_config(&c, leaf_registry_mysql::MysqlConfig::validate).unwrap();
         assert_eq!(r.url, "mysql://w:s3cret@db/leaf");
         assert!(!format!("{r:?}").contains("s3cret"));
+    }
+
+    /// `fence_on_disconnect` belongs to the SQL workerId modes: their tables take it, a SQL
+    /// store's table refuses it naming the section, and a `LEAF_` variable names it only for
+    /// the mode.
+    #[cfg(all(feature = "mysql", feature = "postgres"))]
+    #[test]
+    fn a_workerid_mode_key_is_refused_in_the_stores_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let load_toml = |text: &str| {
+            let path = dir.path().join("leaf.toml");
+            std::fs::write(&path, text).unwrap();
+            crate::config::load(Some(&path), Vec::new())
+        };
+        for db in ["mysql", "postgres"] {
+            let file = format!(
+                "[segment]\nstore = \"{db}\"\n[segment.{db}]\nfence_on_disconnect = true\n"
+            );
+            let Err(e) = load_toml(&file) else {
+                panic!("[segment.{db}] took fence_on_disconnect");
+            };
+            assert!(
+                e.to_string().contains(&format!(
+                    "key segment.{db}.fence_on_disconnect: fence_on_disconnect is a key of \
+                     [snowflake.{db}]"
+                )),
+                "{e}"
+            );
+            let file = format!(
+                "[snowflake]\nmode = \"{db}\"\n[snowflake.{db}]\nfence_on_disconnect = true\n"
+            );
+            load_toml(&file).expect(db);
+            let var = format!("LEAF_SNOWFLAKE__{}__FENCE_ON_DISCONNECT", db.to_uppercase());
+            let mode = "LEAF_SNOWFLAKE__MODE".to_owned();
+            let loaded =
+                crate::config::load(None, [(mode, db.to_owned()), (var, "true".into())]).unwrap();
+            assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+            let unknown = format!("LEAF_SEGMENT__{}__FENCE_ON_DISCONNECT", db.to_uppercase());
+            let loaded = crate::config::load(None, [(unknown, "true".to_owned())]).unwrap();
+            assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        }
+        let mut c = Config::default();
+        c.snowflake.mode = "mysql".into();
+        c.snowflake
+            .backends
+            .set("mysql", "fence_on_disconnect", true);
+        let r = mode_config(&c, leaf_registry_mysql::MysqlConfig::validate).unwrap();
+        assert!(r.fence_on_disconnect);
     }
 
     /// The registry of `mode` on `url`, where nothing listens (port 1): it still builds, and

@@ -7,11 +7,15 @@ pub mod config;
 #[cfg(feature = "provision")]
 pub mod faults;
 pub mod fixture;
+#[cfg(feature = "provision")]
+pub mod identity_cases;
 mod macros;
 pub mod memory;
 pub mod memory_registry;
 #[cfg(feature = "provision")]
 pub mod provision;
+#[cfg(feature = "provision")]
+pub mod proxy;
 pub mod registry_cases;
 pub mod store_cases;
 

@@ -74,8 +74,13 @@ impl RegistryFix {
     }
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
+        self.registry_with(dir, config(&self.db))
+    }
+
+    /// A registry on `dir` with `config` (the database's URL in it).
+    pub fn registry_with(&self, dir: PathBuf, config: MysqlConfig) -> Arc<dyn WorkerIdRegistry> {
         Arc::new(
-            MysqlBackend::connect(&config(&self.db), "leaf")
+            MysqlBackend::connect(&config, "leaf")
                 .expect("registry")
                 .registry(dir),
         )
@@ -83,6 +88,10 @@ impl RegistryFix {
 
     pub fn new_dir(&self) -> PathBuf {
         self.dirs.new_dir()
+    }
+
+    pub fn dirs(&self) -> &NodeDirs {
+        &self.dirs
     }
 }
 

@@ -13,9 +13,6 @@ use leaf_core::{AcquireRequest, NodeIdentity, WorkerIdRegistry};
 use leaf_registry_zk::{ZkBackend, ZkConfig, ZkMode, ZkRegistry};
 use leaf_testkit::RegistryFixture;
 use leaf_testkit::fixture::NodeDirs;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use zookeeper_client as zk;
 
 /// The leaf name every test uses (under its own root).
@@ -132,61 +129,13 @@ impl RegistryFixture for ZkFix {
     }
 }
 
-/// A TCP proxy to the test server that a test can take down (every connection cut, new ones
-/// closed at once) and bring back, as a ZooKeeper outage would look to a registry.
-pub struct Proxy {
-    /// `127.0.0.1:{port}`, the address to configure.
-    pub address: String,
-    up: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
+pub use leaf_testkit::proxy::Proxy;
 
-impl Proxy {
-    /// A proxy, up, to the first server of `LEAFTEST_ZK_URL`.
-    pub async fn start() -> Proxy {
-        let target = zk_url()
-            .await
-            .split(',')
-            .next()
-            .unwrap()
-            .split('/')
-            .next()
-            .unwrap()
-            .to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap().to_string();
-        let (up, rx) = watch::channel(true);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    continue;
-                };
-                if !*rx.borrow() {
-                    continue; // dropped: closed at once
-                }
-                let (mut rx, target) = (rx.clone(), target.clone());
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(&target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = rx.wait_for(|up| !*up) => {}
-                    }
-                });
-            }
-        });
-        Proxy { address, up, task }
-    }
-
-    /// Cuts every connection and refuses new ones (`false`), or lets them through (`true`).
-    pub fn set_up(&self, up: bool) {
-        self.up.send_replace(up);
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// A proxy, up, to the first server of the test server's address, that a test can take down
+/// (every connection cut, new ones closed at once) and bring back, as a ZooKeeper outage would
+/// look to a registry.
+pub async fn proxy() -> Proxy {
+    let url = zk_url().await;
+    let first = url.split(',').next().unwrap().split('/').next().unwrap();
+    Proxy::start(first).await
 }
