@@ -11,7 +11,8 @@ use anyhow::{Context, Result, bail};
 use super::ImageSpec;
 use super::mirror::Mirror;
 use super::rootfs::{
-    ProcMount, chroot, ensure_debootstrap, remove_dir_contents, remove_root, run_cmd, write_file,
+    ProcMount, check_unmounted, chroot, ensure_debootstrap, remove_dir_contents, remove_root,
+    run_cmd, write_file,
 };
 
 /// Whether the local Docker has `image`.
@@ -121,6 +122,7 @@ pub(crate) fn debian_root(root: &Path, name: &str, packages: &[&str]) -> Result<
 /// removes the root.
 pub(crate) fn import(rootfs: &Path, image: &str, changes: &[String]) -> Result<()> {
     eprintln!("xtask testbed: == docker import {image}");
+    check_unmounted(rootfs)?;
     let mut tar = Command::new("tar")
         .args(["--numeric-owner", "-C"])
         .arg(rootfs)

@@ -75,20 +75,38 @@ pub(super) fn remove_dir_contents(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The mount points under `rootfs`, from the kernel's table.
+fn mounts_under(rootfs: &Path) -> Vec<String> {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let prefix = rootfs.to_string_lossy();
+    mounts
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter(|m| m.starts_with(&*prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Refuses while something is mounted in `rootfs`: an archive or a removal would walk into
+/// the host's `/proc`.
+pub(super) fn check_unmounted(rootfs: &Path) -> Result<()> {
+    let mounts = mounts_under(rootfs);
+    if !mounts.is_empty() {
+        bail!(
+            "{} still has mounts ({}); unmount them first",
+            rootfs.display(),
+            mounts.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// Removes a build root, refusing while something is still mounted in it.
 pub(super) fn remove_root(rootfs: &Path) -> Result<()> {
     if !rootfs.exists() {
         return Ok(());
     }
-    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-    let prefix = rootfs.to_string_lossy();
-    if mounts
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .any(|m| m.starts_with(&*prefix))
-    {
-        bail!("{} still has mounts; unmount them first", rootfs.display());
-    }
+    check_unmounted(rootfs)?;
     fs::remove_dir_all(rootfs).with_context(|| format!("cannot remove {}", rootfs.display()))
 }
 
@@ -111,11 +129,27 @@ impl ProcMount {
 
 impl Drop for ProcMount {
     fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.0)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
+        let umount = |lazy: bool| {
+            let mut c = Command::new("umount");
+            if lazy {
+                c.arg("-l");
+            }
+            c.arg(&self.0)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        // A process a package's post-install started may still be ending ("target is busy"):
+        // give it a few seconds, then detach the mount (it goes once the last user exits).
+        for _ in 0..20 {
+            if umount(false) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        if umount(true) {
+            eprintln!("xtask testbed: {} was busy; detached it", self.0.display());
+        } else {
             eprintln!("xtask testbed: cannot unmount {}", self.0.display());
         }
     }
