@@ -205,21 +205,34 @@ pub struct RegistryCapabilities {
     /// `zk_normal`'s ephemeral node). `false` for `local` (no shared server to ask) and for
     /// recycling modes (an identity holds no id of its own there).
     pub exclusive_identity: bool,
+    /// A renewal answers `Ok` only once the registry's server holds its mark, so that a node
+    /// of the same id with no cache file (another machine) reads it there: the recycling modes,
+    /// and the `mysql`, `postgres` and `zk_normal` modes with `fence_on_disconnect`. Without
+    /// it the cache file is the durable record and the server's copy may lag it.
+    pub confirms_marks: bool,
 }
 
 impl RegistryCapabilities {
-    /// Capabilities with the given flags, and no exclusive identity.
+    /// Capabilities with the given flags, no exclusive identity, and marks confirmed by the
+    /// server exactly in recycling modes.
     pub const fn new(recycles: bool, assigns_distinct_ids: bool) -> Self {
         RegistryCapabilities {
             recycles,
             assigns_distinct_ids,
             exclusive_identity: false,
+            confirms_marks: recycles,
         }
     }
 
     /// With `exclusive_identity` set.
     pub const fn with_exclusive_identity(mut self, exclusive: bool) -> Self {
         self.exclusive_identity = exclusive;
+        self
+    }
+
+    /// With `confirms_marks` set.
+    pub const fn with_confirmed_marks(mut self, confirms: bool) -> Self {
+        self.confirms_marks = confirms;
         self
     }
 }

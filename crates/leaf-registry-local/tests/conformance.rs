@@ -135,4 +135,5 @@ leaf_testkit::registry_conformance!(
     recycles = false,
     assigns_distinct_ids = false,
     exclusive_identity = false,
+    confirms_marks = false,
 );

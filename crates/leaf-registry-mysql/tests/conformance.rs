@@ -17,4 +17,14 @@ leaf_testkit::registry_conformance!(
     recycles = false,
     assigns_distinct_ids = true,
     exclusive_identity = true,
+    confirms_marks = false,
+);
+
+leaf_testkit::registry_conformance!(
+    mysql_registry_fenced,
+    async { RegistryFix::fenced().await },
+    recycles = false,
+    assigns_distinct_ids = true,
+    exclusive_identity = true,
+    confirms_marks = true,
 );

@@ -330,7 +330,9 @@ impl WorkerIdBackend for PostgresBackend {
     }
 
     fn capabilities(&self) -> RegistryCapabilities {
-        RegistryCapabilities::new(false, true).with_exclusive_identity(true)
+        RegistryCapabilities::new(false, true)
+            .with_exclusive_identity(true)
+            .with_confirmed_marks(self.held.fences())
     }
 
     fn cache_file_name(&self) -> &str {

@@ -18,4 +18,5 @@ leaf_testkit::registry_conformance!(
     recycles = true,
     assigns_distinct_ids = true,
     exclusive_identity = false,
+    confirms_marks = true,
 );

@@ -111,6 +111,9 @@ struct RecycleHeld {
     epoch: i32,
     /// The `inuse` node's version last written by this node.
     version: i32,
+    /// The mark the id carried at the claim: renewals never write below it, so a renewal that
+    /// knows less never lowers what the next owner reads.
+    floor: u64,
     ttl: Duration,
     /// The claimer's identity, kept in the node by every renewal.
     owner: String,
@@ -313,7 +316,9 @@ impl WorkerIdBackend for ZkBackend {
 
     fn capabilities(&self) -> RegistryCapabilities {
         match self.mode {
-            ZkMode::Normal => RegistryCapabilities::new(false, true).with_exclusive_identity(true),
+            ZkMode::Normal => RegistryCapabilities::new(false, true)
+                .with_exclusive_identity(true)
+                .with_confirmed_marks(self.config.fence_on_disconnect),
             ZkMode::Recycle => RegistryCapabilities::new(true, true),
         }
     }

@@ -12,6 +12,16 @@ leaf_testkit::registry_conformance!(
     recycles = false,
     assigns_distinct_ids = true,
     exclusive_identity = true,
+    confirms_marks = false,
+);
+
+leaf_testkit::registry_conformance!(
+    zk_normal_fenced,
+    async { ZkFix::with_config(ZkMode::Normal, |c| c.fence_on_disconnect = true).await },
+    recycles = false,
+    assigns_distinct_ids = true,
+    exclusive_identity = true,
+    confirms_marks = true,
 );
 
 leaf_testkit::registry_conformance!(
@@ -20,4 +30,5 @@ leaf_testkit::registry_conformance!(
     recycles = true,
     assigns_distinct_ids = true,
     exclusive_identity = false,
+    confirms_marks = true,
 );

@@ -68,8 +68,8 @@ macro_rules! store_conformance {
 ///
 /// As [`store_conformance!`], with a future yielding a
 /// [`RegistryFixture`](crate::RegistryFixture) and the capabilities of
-/// `leaf_core::RegistryCapabilities`: `recycles`, `assigns_distinct_ids` and
-/// `exclusive_identity`.
+/// `leaf_core::RegistryCapabilities`: `recycles`, `assigns_distinct_ids`,
+/// `exclusive_identity` and `confirms_marks`.
 ///
 /// ```
 /// # use std::sync::Arc;
@@ -92,6 +92,7 @@ macro_rules! store_conformance {
 ///     recycles = false,
 ///     assigns_distinct_ids = false,
 ///     exclusive_identity = false,
+///     confirms_marks = true,
 /// );
 /// # fn main() {}
 /// ```
@@ -190,10 +191,17 @@ macro_rules! __registry_capability {
         );
     };
     (exclusive_identity = false; $fixture:expr) => {};
+    (confirms_marks = true; $fixture:expr) => {
+        $crate::__conformance_tests!(registry_cases, $fixture;
+            a_confirmed_mark_survives_a_crash_on_another_node,
+        );
+    };
+    (confirms_marks = false; $fixture:expr) => {};
     ($cap:ident = $val:tt; $fixture:expr) => {
         ::core::compile_error!(::core::concat!(
             "unknown registry capability `", ::core::stringify!($cap = $val),
-            "`: declare recycles, assigns_distinct_ids and exclusive_identity, each = true or = false"
+            "`: declare recycles, assigns_distinct_ids, exclusive_identity and confirms_marks, \
+             each = true or = false"
         ));
     };
 }

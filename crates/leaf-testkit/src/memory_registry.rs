@@ -112,6 +112,7 @@ impl WorkerIdRegistry for MemoryRegistry {
     fn capabilities(&self) -> RegistryCapabilities {
         RegistryCapabilities::new(self.pool.recycles, true)
             .with_exclusive_identity(!self.pool.recycles)
+            .with_confirmed_marks(true)
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<Lease> {

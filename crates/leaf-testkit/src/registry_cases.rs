@@ -47,17 +47,21 @@ fn single_id_max(registry: &dyn WorkerIdRegistry) -> u64 {
     }
 }
 
-/// A node acquires an id within the layout, with a TTL exactly in recycling modes, renews it
-/// and releases it.
+/// A node acquires an id within the layout, with a TTL in recycling modes and none where
+/// nothing fences (a fencing mode that does not recycle may grant one: `zk_normal` with
+/// `fence_on_disconnect`), renews it and releases it.
 pub async fn acquire_renew_release(fixture: &dyn RegistryFixture) {
     let node = fixture.node().await;
+    let caps = node.capabilities();
     let lease = acquire(&*node, fixture.identity(1), DEFAULT_MAX_WORKER_ID).await;
     assert!(lease.worker_id <= DEFAULT_MAX_WORKER_ID);
-    assert_eq!(
-        lease.ttl.is_some(),
-        node.capabilities().recycles,
-        "a lease has a TTL exactly in recycling modes"
-    );
+    if caps.recycles || !caps.confirms_marks {
+        assert_eq!(
+            lease.ttl.is_some(),
+            caps.recycles,
+            "a lease has a TTL in recycling modes, none where nothing fences"
+        );
+    }
     if let Some(mark) = lease.prev_mark_ms {
         panic!(
             "a fresh namespace has no mark for worker id {}, got {mark}",
@@ -178,49 +182,96 @@ pub async fn renewed_mark_survives_a_crash(fixture: &dyn RegistryFixture) {
     );
 }
 
-/// Marks only rise: a renewal with a mark below an earlier renewal's (a late or repeated
-/// write) never lowers the stored mark. After a crash (no release), the next claimer of the id
-/// (the restarted node, or in recycling modes a new node once the lease expired) reads the
-/// high mark, not the later low one.
+/// Marks only rise: a renewal with a mark below the stored one (a late or repeated write, or a
+/// new claimer that knows less) never lowers it. In a shared registry the check reaches the
+/// backend's own guard: after a crash (no release), a node with a fresh cache directory (in
+/// recycling modes once the lease expired) claims the id, reads the high mark from the
+/// registry, renews with a lower one (its cache-file half, which has raised nothing yet, passes
+/// it on as it is) and crashes; the next such node must still read the high mark. In `local`
+/// mode, whose only record is the cache file, a lower renewal of one claim must not lower it.
 pub async fn a_late_lower_mark_never_lowers_the_stored_one(fixture: &dyn RegistryFixture) {
     let node = fixture.node().await;
-    let recycles = node.capabilities().recycles;
+    let caps = node.capabilities();
     let max = single_id_max(&*node);
     let lease = acquire(&*node, fixture.identity(1), max).await;
     let high = now_ms() + 60_000;
     let low = high - 50_000;
     renew(&*node, &lease, high).await;
-    let r = node
-        .renew(&lease, low)
-        .await
-        .expect("renew with a lower mark");
-    assert!(r.is_ok(), "a renewal with a lower mark: {r:?}");
     // `max_ahead_ms` above `high`: the id must come back, carrying whatever mark is stored.
     let req = |i| request(fixture.identity(i), max).with_max_ahead_ms(120_000);
-    let (next, again) = if recycles {
-        node.abandon(&lease).await;
-        fixture.let_expire(lease.ttl.expect("ttl")).await;
-        let next = fixture.node().await;
-        let again = next
-            .acquire(&req(2))
-            .await
-            .expect("acquire after the expiry");
-        (next, again)
-    } else {
+    if !caps.assigns_distinct_ids {
+        renew(&*node, &lease, low).await;
         let next = fixture.restarted(node).await;
         let again = next
             .acquire(&req(1))
             .await
             .expect("acquire after the restart");
-        (next, again)
+        assert!(
+            again.prev_mark_ms >= Some(high),
+            "mark {high} was renewed, then {low}: the restarted node read {:?}",
+            again.prev_mark_ms
+        );
+        return;
+    }
+    // The id after a crash of its holder, on a node with a fresh cache directory.
+    let claim_after_crash = |holder: Arc<dyn WorkerIdRegistry>, held: Lease, i: u16| async move {
+        if caps.recycles {
+            holder.abandon(&held).await;
+            fixture.let_expire(held.ttl.expect("ttl")).await;
+        }
+        drop(holder);
+        let next = fixture.node().await;
+        let lease = next
+            .acquire(&req(if caps.recycles { i } else { 1 }))
+            .await
+            .expect("acquire after the crash");
+        assert_eq!(lease.worker_id, held.worker_id, "the same id comes back");
+        (next, lease)
     };
-    assert_eq!(again.worker_id, lease.worker_id, "the same id comes back");
+    let (b, theirs) = claim_after_crash(node, lease, 2).await;
     assert!(
-        again.prev_mark_ms >= Some(high),
-        "mark {high} was renewed, then {low}: the next claimer read {:?}",
+        theirs.prev_mark_ms >= Some(high),
+        "mark {high} was renewed before the crash; a node with no cache file read {:?}",
+        theirs.prev_mark_ms
+    );
+    renew(&*b, &theirs, low).await;
+    let (c, third) = claim_after_crash(b, theirs, 3).await;
+    assert!(
+        third.prev_mark_ms >= Some(high),
+        "mark {high} was stored, then {low} renewed: the next claimer read {:?}",
+        third.prev_mark_ms
+    );
+    c.release(&third, now_ms()).await.expect("release");
+}
+
+/// (`confirms_marks = true`) A renewal that answered `Ok` is on the registry's server: after a
+/// crash (no release), a node with no cache file of this id (another machine) claims it (in
+/// recycling modes once the lease expired) and starts past the mark.
+pub async fn a_confirmed_mark_survives_a_crash_on_another_node(fixture: &dyn RegistryFixture) {
+    let node = fixture.node().await;
+    let caps = node.capabilities();
+    assert!(caps.confirms_marks, "run only where marks are confirmed");
+    let max = single_id_max(&*node);
+    let lease = acquire(&*node, fixture.identity(5), max).await;
+    let m = now_ms() + 3000;
+    renew(&*node, &lease, m - 1000).await;
+    renew(&*node, &lease, m).await;
+    if caps.recycles {
+        node.abandon(&lease).await;
+        fixture.let_expire(lease.ttl.expect("ttl")).await;
+    }
+    // The crash: the registry goes without a release.
+    drop(node);
+    let elsewhere = fixture.node().await;
+    let identity = fixture.identity(if caps.recycles { 6 } else { 5 });
+    let again = acquire(&*elsewhere, identity, max).await;
+    assert_eq!(again.worker_id, lease.worker_id);
+    assert!(
+        again.prev_mark_ms >= Some(m),
+        "mark {m} was confirmed before the crash; a node with no cache file read {:?}",
         again.prev_mark_ms
     );
-    next.release(&again, now_ms()).await.expect("release");
+    elsewhere.release(&again, now_ms()).await.expect("release");
 }
 
 /// (`recycles = false`) An identity whose id is above the request's `max_worker_id` is refused
@@ -436,6 +487,7 @@ pub async fn capabilities_are_as_declared(
         ("recycles", caps.recycles),
         ("assigns_distinct_ids", caps.assigns_distinct_ids),
         ("exclusive_identity", caps.exclusive_identity),
+        ("confirms_marks", caps.confirms_marks),
     ];
     crate::macros::check_declared(&actual, declared);
 }

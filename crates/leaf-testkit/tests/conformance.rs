@@ -53,6 +53,7 @@ leaf_testkit::registry_conformance!(
     recycles = false,
     assigns_distinct_ids = true,
     exclusive_identity = true,
+    confirms_marks = true,
 );
 
 leaf_testkit::registry_conformance!(
@@ -61,4 +62,5 @@ leaf_testkit::registry_conformance!(
     recycles = true,
     assigns_distinct_ids = true,
     exclusive_identity = false,
+    confirms_marks = true,
 );

@@ -63,6 +63,8 @@ impl StoreFixture for StoreFix {
 pub struct RegistryFix {
     pub db: MysqlDatabase,
     dirs: NodeDirs,
+    /// `fence_on_disconnect` of the fixture's registries.
+    fenced: bool,
 }
 
 impl RegistryFix {
@@ -70,11 +72,24 @@ impl RegistryFix {
         RegistryFix {
             db: database().await,
             dirs: NodeDirs::default(),
+            fenced: false,
+        }
+    }
+
+    /// A fixture whose registries run with `fence_on_disconnect`.
+    pub async fn fenced() -> Self {
+        RegistryFix {
+            fenced: true,
+            ..Self::new().await
         }
     }
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
-        self.registry_with(dir, config(&self.db))
+        let config = MysqlConfig {
+            fence_on_disconnect: self.fenced,
+            ..config(&self.db)
+        };
+        self.registry_with(dir, config)
     }
 
     /// A registry on `dir` with `config` (the database's URL in it).

@@ -79,6 +79,8 @@ impl ZkBackend {
                 forever.lost.store(true, Ordering::Release);
                 return Ok(None);
             }
+            // Marks only rise: never below the mark this lease started past.
+            let mark_ms = mark_ms.max(w.start_mark);
             write_forever(&self.session, forever, &mut w, mark_ms).await?;
             if forever.lost.load(Ordering::Acquire) || w.node.is_none() {
                 return Ok(None);
@@ -242,6 +244,8 @@ impl ZkBackend {
             let mut w = forever.write.lock().await;
             if !w.released {
                 let limit = session.limit();
+                // Marks only rise: never below the mark this lease started past.
+                let mark_ms = mark_ms.max(w.start_mark);
                 let r = bounded(
                     limit,
                     "the mark update",

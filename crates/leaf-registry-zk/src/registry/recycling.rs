@@ -62,6 +62,7 @@ impl ZkBackend {
             token: lease.token,
             epoch: claimed.epoch,
             version: claimed.stat.version,
+            floor: claimed.carried_mark.unwrap_or(0),
             ttl,
             owner,
         };
@@ -92,10 +93,11 @@ impl ZkBackend {
         let owner = r.owner.clone();
         let pool = Pool::new(&self.base);
         let path = pool.inuse_of(id);
+        // Marks only rise: never below what the id carried when this node claimed it.
         let data = node::to_json(&InUse {
             owner,
             ttl_ms: ttl.as_millis() as u64,
-            mark: mark_ms,
+            mark: mark_ms.max(r.floor),
         });
         let client = self.session.client().await?;
         let written = bounded(self.session.limit(), "the lease renewal", async {
