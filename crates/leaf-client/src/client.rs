@@ -4,14 +4,15 @@
 use std::sync::Arc;
 
 use hyper::Method;
+use hyper::body::Bytes;
 use leaf_core::{Clock, DecodedId, Error, Result};
 use leaf_segment::{SegmentAllocator, SegmentConfig};
 use serde::Deserialize;
 
 use crate::config::{ClientConfig, LeafClientBuilder};
 use crate::endpoints::EndpointStatus;
-use crate::error::{TokenKind, malformed, parse};
-use crate::store::HttpStore;
+use crate::error::TokenKind;
+use crate::store::{HttpStore, json};
 use crate::transport::{Call, Transport};
 
 /// A client of one set of servers. Cheap to clone; clones share the connections, the endpoints'
@@ -81,27 +82,28 @@ impl LeafClient {
         if n == 0 {
             return Err(Error::InvalidInput("count must be at least 1".into()));
         }
-        let body = self.get(format!("/v1/snowflake?count={n}")).await?;
-        let ids = parse::<IdsJson>(&body)?.ids;
-        if ids.len() != n {
-            return Err(malformed(format!(
-                "asked for {n} snowflake ids, got {}",
-                ids.len()
-            )));
-        }
-        Ok(ids)
+        let accept = |body: &Bytes| {
+            let ids = json::<IdsJson>(body)?.ids;
+            if ids.len() != n {
+                return Err(format!("{} snowflake ids, asked for {n}", ids.len()));
+            }
+            Ok(ids)
+        };
+        self.get(format!("/v1/snowflake?count={n}"), accept).await
     }
 
     /// A snowflake ID taken apart by a server, with its configured layout and epoch
     /// (`GET /v1/snowflake/{id}/decode`).
     pub async fn decode(&self, id: i64) -> Result<DecodedId> {
-        let body = self.get(format!("/v1/snowflake/{id}/decode")).await?;
-        let d = parse::<DecodeJson>(&body)?;
-        Ok(DecodedId {
-            timestamp_ms: d.timestamp_ms,
-            worker_id: d.worker_id,
-            sequence: d.sequence,
-        })
+        let accept = |body: &Bytes| {
+            let d = json::<DecodeJson>(body)?;
+            Ok(DecodedId {
+                timestamp_ms: d.timestamp_ms,
+                worker_id: d.worker_id,
+                sequence: d.sequence,
+            })
+        };
+        self.get(format!("/v1/snowflake/{id}/decode"), accept).await
     }
 
     /// What the client knows of each endpoint: which is asked first, answers and failures,
@@ -110,15 +112,17 @@ impl LeafClient {
         self.inner.transport.status()
     }
 
-    async fn get(&self, path: String) -> Result<hyper::body::Bytes> {
-        self.inner
-            .transport
-            .call(&Call {
-                method: Method::GET,
-                path,
-                body: None,
-                token: TokenKind::Client,
-            })
-            .await
+    async fn get<T>(
+        &self,
+        path: String,
+        accept: impl Fn(&Bytes) -> std::result::Result<T, String>,
+    ) -> Result<T> {
+        let call = Call {
+            method: Method::GET,
+            path,
+            body: None,
+            token: TokenKind::Client,
+        };
+        self.inner.transport.call(&call, accept).await
     }
 }

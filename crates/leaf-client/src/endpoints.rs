@@ -24,6 +24,9 @@ pub struct EndpointStatus {
     pub skipped_for: Duration,
     /// Why it last failed.
     pub last_error: Option<String>,
+    /// The HTTP status of its last answer, whatever it was (`None` before one, or when the
+    /// last request got none: refused, cut, timed out).
+    pub last_status: Option<u16>,
 }
 
 #[derive(Debug, Default)]
@@ -34,6 +37,7 @@ struct Health {
     /// Monotonic time before which it is skipped.
     until: Duration,
     last_error: Option<String>,
+    last_status: Option<u16>,
 }
 
 #[derive(Debug)]
@@ -120,10 +124,12 @@ impl Endpoints {
             .min()
     }
 
-    /// Endpoint `i` answered: it is asked first from now on, and its failures are forgotten.
-    pub(crate) fn answered(&self, i: usize) {
+    /// Endpoint `i` answered with `status`: it is asked first from now on, and its failures
+    /// are forgotten.
+    pub(crate) fn answered(&self, i: usize, status: u16) {
         let mut h = self.list[i].health();
         h.answered += 1;
+        h.last_status = Some(status);
         h.failures_in_a_row = 0;
         h.until = Duration::ZERO;
         drop(h);
@@ -140,11 +146,13 @@ impl Endpoints {
         i: usize,
         now: Duration,
         retry_after: Option<Duration>,
+        status: Option<u16>,
         why: String,
     ) -> Duration {
         let mut h = self.list[i].health();
         h.failed += 1;
         h.last_error = Some(why);
+        h.last_status = status;
         let skip = if now < h.until {
             self.backoff.asked(retry_after)
         } else {
@@ -171,6 +179,7 @@ impl Endpoints {
                     failures_in_a_row: h.failures_in_a_row,
                     skipped_for: h.until.saturating_sub(now),
                     last_error: h.last_error.clone(),
+                    last_status: h.last_status,
                 }
             })
             .collect()
@@ -220,9 +229,9 @@ mod tests {
     fn the_last_good_endpoint_is_asked_first_then_the_others_in_order() {
         let e = three();
         assert_eq!(e.ready(Duration::ZERO), [0, 1, 2]);
-        e.answered(1);
+        e.answered(1, 200);
         assert_eq!(e.ready(Duration::ZERO), [1, 2, 0]);
-        e.answered(2);
+        e.answered(2, 200);
         assert_eq!(e.ready(Duration::ZERO), [2, 0, 1]);
     }
 
@@ -230,18 +239,18 @@ mod tests {
     fn a_failed_endpoint_is_skipped_until_its_backoff_ends() {
         let e = three();
         let now = ms(1000);
-        assert_eq!(e.failed(0, now, None, "refused".into()), ms(100));
+        assert_eq!(e.failed(0, now, None, None, "refused".into()), ms(100));
         assert_eq!(e.ready(now), [1, 2], "skipped, even though preferred");
         assert_eq!(e.next_ready_at(now), Some(ms(1100)));
         assert_eq!(e.ready(ms(1099)), [1, 2]);
         assert_eq!(e.ready(ms(1100)), [0, 1, 2]);
         assert_eq!(e.next_ready_at(ms(1100)), None);
         // A second failure in a row doubles the skip; an answer forgets them all.
-        assert_eq!(e.failed(0, ms(1100), None, "refused".into()), ms(200));
+        assert_eq!(e.failed(0, ms(1100), None, None, "refused".into()), ms(200));
         assert_eq!(e.ready(ms(1299)), [1, 2]);
-        e.answered(0);
+        e.answered(0, 200);
         assert_eq!(e.ready(ms(1100)), [0, 1, 2]);
-        assert_eq!(e.failed(0, ms(2000), None, "refused".into()), ms(100));
+        assert_eq!(e.failed(0, ms(2000), None, None, "refused".into()), ms(100));
     }
 
     #[test]
@@ -250,7 +259,7 @@ mod tests {
         // one outage, not eight failures in a row (which would skip it for 12.8 s, not 0.1).
         let e = three();
         for i in 0..8 {
-            e.failed(0, ms(1000 + i), None, "refused".into());
+            e.failed(0, ms(1000 + i), None, None, "refused".into());
         }
         assert_eq!(e.status(ms(1008))[0].failures_in_a_row, 1);
         assert_eq!(
@@ -260,19 +269,19 @@ mod tests {
         );
         assert_eq!(e.next_ready_at(ms(1008)), Some(ms(1100)));
         // A longer Retry-After from one of them still holds.
-        e.failed(0, ms(1009), Some(ms(500)), "503 -3".into());
+        e.failed(0, ms(1009), Some(ms(500)), None, "503 -3".into());
         assert_eq!(e.next_ready_at(ms(1009)), Some(ms(1509)));
         // A failure once the skip is over is the next in the row.
-        assert_eq!(e.failed(0, ms(1509), None, "refused".into()), ms(200));
+        assert_eq!(e.failed(0, ms(1509), None, None, "refused".into()), ms(200));
         assert_eq!(e.status(ms(1509))[0].failures_in_a_row, 2);
     }
 
     #[test]
     fn retry_after_keeps_an_endpoint_skipped_that_long() {
         let e = three();
-        e.answered(2);
-        e.failed(2, Duration::ZERO, Some(ms(1000)), "503 -3".into());
-        e.failed(0, Duration::ZERO, None, "refused".into());
+        e.answered(2, 200);
+        e.failed(2, Duration::ZERO, Some(ms(1000)), None, "503 -3".into());
+        e.failed(0, Duration::ZERO, None, None, "refused".into());
         assert_eq!(e.ready(ms(50)), [1]);
         assert_eq!(
             e.ready(ms(999)),
@@ -287,8 +296,8 @@ mod tests {
     #[test]
     fn status_reports_each_endpoint() {
         let e = three();
-        e.answered(1);
-        e.failed(0, ms(10), Some(ms(2000)), "503 -3 store down".into());
+        e.answered(1, 200);
+        e.failed(0, ms(10), Some(ms(2000)), None, "503 -3 store down".into());
         let s = e.status(ms(1010));
         assert_eq!(s.len(), 3);
         assert_eq!(

@@ -3,8 +3,9 @@
 //! `get` is `GET /v1/tags/{tag}`; `create`, `update` and `list` go through the admin routes and
 //! need the admin token.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use hyper::Method;
@@ -21,11 +22,17 @@ use crate::transport::{Call, Transport};
 /// A segment store reached through the servers' HTTP API, with failover across them.
 ///
 /// Its ranges come from the servers' own store (`SegmentStore::allocate` there, never a
-/// server's buffers), so they never overlap what any server or other client hands out. It is
-/// as durable as that store, and any number of clients share it.
+/// server's buffers), so they never overlap what any server or other client hands out, as long
+/// as every endpoint uses one store. It is as durable as that store, and any number of clients
+/// share it. Each tag's ranges must rise: a range that starts below the end of one this store
+/// already had (an endpoint on another store, a store restored from an older copy) is refused,
+/// never handed out, and its endpoint skipped as failed.
 #[derive(Clone)]
 pub struct HttpStore {
     transport: Arc<Transport>,
+    /// Per tag, the end of the highest range had so far; its lock is held across an
+    /// allocation, so that answers of one tag are judged in the order they were asked.
+    high_water: Arc<Mutex<HashMap<Tag, Arc<tokio::sync::Mutex<i64>>>>>,
 }
 
 impl fmt::Debug for HttpStore {
@@ -75,11 +82,13 @@ impl RowJson {
 }
 
 /// `tag` as one path segment: every byte but the unreserved ones (RFC 3986) percent-encoded,
-/// so that `?`, `#`, `%`, spaces and non-ASCII tags reach the server as they are.
+/// so that `?`, `#`, `%`, spaces and non-ASCII tags reach the server as they are. The tags `.`
+/// and `..` are encoded whole: a normalising proxy would take them for path steps.
 pub(crate) fn path_segment(tag: &str) -> String {
+    let dots = matches!(tag, "." | "..");
     let mut out = String::with_capacity(tag.len());
     for b in tag.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        if (b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')) && !dots {
             out.push(char::from(b));
         } else {
             out.push_str(&format!("%{b:02X}"));
@@ -90,7 +99,19 @@ pub(crate) fn path_segment(tag: &str) -> String {
 
 impl HttpStore {
     pub(crate) fn new(transport: Arc<Transport>) -> Self {
-        HttpStore { transport }
+        HttpStore {
+            transport,
+            high_water: Arc::default(),
+        }
+    }
+
+    /// The high-water mark of `tag`'s ranges.
+    fn high_water(&self, tag: &Tag) -> Arc<tokio::sync::Mutex<i64>> {
+        let mut map = self
+            .high_water
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.entry(tag.clone()).or_default().clone()
     }
 
     /// The admin routes need the admin token: without one, say so before any request.
@@ -101,27 +122,86 @@ impl HttpStore {
             Err(Error::Config(format!(
                 "HttpStore::{method} goes through the servers' admin routes and needs their \
                  admin token (LeafClientBuilder::admin_token, or admin_token in ClientConfig); \
-                 without it only allocate and get are available"
+                 without it only allocate and get are available, so the allocator's init() and \
+                 spawn_refresher(), which list the tags, are not: tags are looked up at first use"
             )))
         }
     }
 
-    async fn call(
+    /// `method path` with `body`, failing over; `accept` judges each 2xx answer.
+    async fn call<T>(
         &self,
         method: Method,
         path: String,
         body: Option<serde_json::Value>,
         token: TokenKind,
-    ) -> Result<Bytes> {
-        self.transport
-            .call(&Call {
-                method,
-                path,
-                body,
-                token,
-            })
-            .await
+        accept: impl Fn(&Bytes) -> std::result::Result<T, String>,
+    ) -> Result<T> {
+        let call = Call {
+            method,
+            path,
+            body,
+            token,
+        };
+        self.transport.call(&call, accept).await
     }
+}
+
+/// The JSON of a 2xx answer as `T`, or why it is not one.
+pub(crate) fn json<T: serde::de::DeserializeOwned>(body: &Bytes) -> std::result::Result<T, String> {
+    parse(body).map_err(|e| e.to_string())
+}
+
+/// A row answer, for `tag` when one was asked for.
+fn row(body: &Bytes, tag: Option<&Tag>) -> std::result::Result<TagRecord, String> {
+    let record = json::<RowJson>(body)?.record().map_err(|e| e.to_string())?;
+    match tag {
+        Some(t) if record.tag != *t => Err(format!("the row of tag {:?}, not of {t}", record.tag)),
+        _ => Ok(record),
+    }
+}
+
+/// Checks an allocation answer for `tag`: the tag asked for, a range of 1 to `asked` IDs (the
+/// step asked for, else the row's step), starting at or above `high_water` (the end of the
+/// highest range had before).
+fn allocation(
+    body: &Bytes,
+    tag: &Tag,
+    asked: Option<i64>,
+    high_water: i64,
+) -> std::result::Result<Allocation, String> {
+    let a: AllocationJson = json(body)?;
+    if a.tag != tag.as_str() {
+        return Err(format!("an allocation for tag {:?}, not {tag}", a.tag));
+    }
+    let most = asked.unwrap_or(a.step);
+    if a.used_step < 1 || a.used_step > most {
+        return Err(format!(
+            "a range of {} ids of tag {tag}, asked for 1 to {most}",
+            a.used_step
+        ));
+    }
+    let start = a.max_id.checked_sub(a.used_step).filter(|s| *s >= 0);
+    let Some(start) = start else {
+        return Err(format!(
+            "max_id {} of tag {tag} is below its step {}",
+            a.max_id, a.used_step
+        ));
+    };
+    if start < high_water {
+        return Err(format!(
+            "the range {start}..{} of tag {tag} starts below {high_water}, the end of a range \
+             this client already had: this endpoint's store is not the others' (every endpoint \
+             must use one store; a separate or restored store hands the same IDs out again)",
+            a.max_id
+        ));
+    }
+    Ok(Allocation {
+        tag: tag.clone(),
+        max_id: a.max_id,
+        step: a.step,
+        used_step: a.used_step,
+    })
 }
 
 #[async_trait]
@@ -138,28 +218,25 @@ impl SegmentStore for HttpStore {
     async fn allocate(&self, tag: &Tag, step: Option<i64>) -> Result<Allocation> {
         let path = format!("/v1/segment/{}/allocate", path_segment(tag.as_str()));
         let body = step.map(|s| json!({ "step": s }));
-        let answer = self
-            .call(Method::POST, path, body, TokenKind::Client)
+        let high_water = self.high_water(tag);
+        let mut high_water = high_water.lock().await;
+        let hwm = *high_water;
+        let accept = |answer: &Bytes| allocation(answer, tag, step, hwm);
+        let a = self
+            .call(Method::POST, path, body, TokenKind::Client, accept)
             .await?;
-        let a: AllocationJson = parse(&answer)?;
-        if a.tag != tag.as_str() {
-            return Err(malformed(format!(
-                "asked to allocate for tag {tag}, got an allocation for {:?}",
-                a.tag
-            )));
-        }
-        Ok(Allocation {
-            tag: tag.clone(),
-            max_id: a.max_id,
-            step: a.step,
-            used_step: a.used_step,
-        })
+        *high_water = a.max_id;
+        Ok(a)
     }
 
     async fn get(&self, tag: &Tag) -> Result<Option<TagRecord>> {
         let path = format!("/v1/tags/{}", path_segment(tag.as_str()));
-        match self.call(Method::GET, path, None, TokenKind::Client).await {
-            Ok(answer) => parse::<RowJson>(&answer)?.record().map(Some),
+        let accept = |answer: &Bytes| row(answer, Some(tag));
+        match self
+            .call(Method::GET, path, None, TokenKind::Client, accept)
+            .await
+        {
+            Ok(record) => Ok(Some(record)),
             Err(Error::NotFound(_)) => Ok(None),
             Err(e) => Err(e),
         }
@@ -167,14 +244,21 @@ impl SegmentStore for HttpStore {
 
     async fn list(&self) -> Result<Vec<TagRecord>> {
         self.admin("list")?;
-        let answer = self
-            .call(Method::GET, "/v1/tags".into(), None, TokenKind::Admin)
-            .await?;
-        parse::<ListJson>(&answer)?
-            .tags
-            .into_iter()
-            .map(RowJson::record)
-            .collect()
+        let accept = |answer: &Bytes| {
+            json::<ListJson>(answer)?
+                .tags
+                .into_iter()
+                .map(|r| r.record().map_err(|e| e.to_string()))
+                .collect::<std::result::Result<Vec<_>, _>>()
+        };
+        self.call(
+            Method::GET,
+            "/v1/tags".into(),
+            None,
+            TokenKind::Admin,
+            accept,
+        )
+        .await
     }
 
     async fn create(&self, new: &NewTag) -> Result<TagRecord> {
@@ -186,15 +270,15 @@ impl SegmentStore for HttpStore {
             "step": new.step,
             "description": new.description,
         });
-        let answer = self
-            .call(
-                Method::POST,
-                "/v1/tags".into(),
-                Some(body),
-                TokenKind::Admin,
-            )
-            .await?;
-        parse::<RowJson>(&answer)?.record()
+        let accept = |answer: &Bytes| row(answer, Some(&new.tag));
+        self.call(
+            Method::POST,
+            "/v1/tags".into(),
+            Some(body),
+            TokenKind::Admin,
+            accept,
+        )
+        .await
     }
 
     async fn update(&self, tag: &Tag, update: &TagUpdate) -> Result<TagRecord> {
@@ -208,10 +292,15 @@ impl SegmentStore for HttpStore {
         if let Some(d) = &update.description {
             body.insert("description".into(), d.clone().into());
         }
-        let answer = self
-            .call(Method::PATCH, path, Some(body.into()), TokenKind::Admin)
-            .await?;
-        parse::<RowJson>(&answer)?.record()
+        let accept = |answer: &Bytes| row(answer, Some(tag));
+        self.call(
+            Method::PATCH,
+            path,
+            Some(body.into()),
+            TokenKind::Admin,
+            accept,
+        )
+        .await
     }
 }
 
@@ -228,5 +317,8 @@ mod tests {
         check("a?b#c%d", "a%3Fb%23c%25d");
         check("allocate/x", "allocate%2Fx");
         check("\u{e9}t\u{e9}", "%C3%A9t%C3%A9");
+        check(".", "%2E");
+        check("..", "%2E%2E");
+        check("...", "...");
     }
 }

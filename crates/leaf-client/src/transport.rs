@@ -67,6 +67,16 @@ fn bearer(token: &str) -> Option<HeaderValue> {
         })
 }
 
+/// A final error of endpoint `url`'s answer `status`: a refused token names the endpoint and
+/// the status (every endpoint would refuse it, but the operator looks at one); the others are
+/// the same from every endpoint and stay as they are.
+fn at_endpoint(e: Error, status: u16, url: &str) -> Error {
+    match e {
+        Error::Config(m) if matches!(status, 401 | 403) => Error::Config(format!("{url}: {m}")),
+        other => other,
+    }
+}
+
 /// An error and its causes on one line (`client error (Connect): tcp connect error: Connection
 /// refused (os error 111)`).
 fn chain(e: &dyn StdError) -> String {
@@ -125,11 +135,18 @@ impl Transport {
         self.endpoints.status(self.clock.monotonic())
     }
 
-    /// The body of the first 2xx answer to `call`, asking the endpoints in turn (the last good
-    /// one first, skipping those backed off); a final error answer (an unknown tag, a malformed
-    /// request, a refused token) ends the call at once. When no endpoint can serve before
-    /// `call_timeout`, `Unavailable` naming what each said.
-    pub(crate) async fn call(&self, call: &Call) -> Result<Bytes> {
+    /// What `accept` makes of the first 2xx answer to `call` that it accepts, asking the
+    /// endpoints in turn (the last good one first, skipping those backed off). A 2xx answer
+    /// `accept` refuses (a proxy's page, a range below one already had) is that endpoint's
+    /// failure, as a 5xx is: it is skipped, and the next one asked. A final error answer (an
+    /// unknown tag, a malformed request, a refused token) ends the call at once. The call goes
+    /// on until `call_timeout`, waiting for skipped endpoints; then `Unavailable` naming what
+    /// each said.
+    pub(crate) async fn call<T>(
+        &self,
+        call: &Call,
+        accept: impl Fn(&Bytes) -> std::result::Result<T, String>,
+    ) -> Result<T> {
         let deadline = self.clock.monotonic().saturating_add(self.call_timeout);
         // Per endpoint asked: how many attempts failed, and the last reason.
         let mut failures: BTreeMap<usize, (u32, String)> = BTreeMap::new();
@@ -140,36 +157,52 @@ impl Transport {
                     break;
                 }
                 let limit = self.request_timeout.min(left);
-                let (why, retry_after) =
+                let (why, status, retry_after) =
                     match tokio::time::timeout(limit, self.exchange(i, call)).await {
-                        Ok(Ok(a)) if (200..300).contains(&a.status) => {
-                            self.endpoints.answered(i);
-                            return Ok(a.body);
-                        }
+                        Ok(Ok(a)) if (200..300).contains(&a.status) => match accept(&a.body) {
+                            Ok(value) => {
+                                self.endpoints.answered(i, a.status);
+                                return Ok(value);
+                            }
+                            Err(why) => (format!("{} but {why}", a.status), Some(a.status), None),
+                        },
                         Ok(Ok(a)) => match judge(a.status, &a.body, a.retry_after, call.token) {
                             Verdict::Final(e) => {
-                                self.endpoints.answered(i);
-                                return Err(e);
+                                self.endpoints.answered(i, a.status);
+                                return Err(at_endpoint(e, a.status, self.endpoints.url(i)));
                             }
-                            Verdict::MoveOn { why, retry_after } => (why, retry_after),
+                            Verdict::MoveOn { why, retry_after } => {
+                                (why, Some(a.status), retry_after)
+                            }
                         },
-                        Ok(Err(why)) => (why, None),
-                        Err(_) => (format!("no answer within {} ms", limit.as_millis()), None),
+                        Ok(Err(why)) => (why, None, None),
+                        Err(_) => (
+                            format!("no answer within {} ms", limit.as_millis()),
+                            None,
+                            None,
+                        ),
                     };
                 let url = self.endpoints.url(i);
-                let skip =
-                    self.endpoints
-                        .failed(i, self.clock.monotonic(), retry_after, why.clone());
+                let now = self.clock.monotonic();
+                let skip = self
+                    .endpoints
+                    .failed(i, now, retry_after, status, why.clone());
                 tracing::debug!(endpoint = url, error = %why, skipped_for = ?skip, "leaf-server endpoint failed");
                 let entry = failures.entry(i).or_default();
                 *entry = (entry.0 + 1, why);
             }
             let now = self.clock.monotonic();
+            if now >= deadline {
+                return Err(self.unavailable(call, failures));
+            }
             match self.endpoints.next_ready_at(now) {
                 // Nothing answered: wait for the first skipped endpoint (its back-off or its
                 // Retry-After) if that comes within the call's time.
                 Some(at) if at < deadline => self.clock.sleep(at - now).await,
-                _ => return Err(self.unavailable(call, failures)),
+                Some(_) => return Err(self.unavailable(call, failures)),
+                // None is skipped any more (a back-off ran out, another call's answer cleared
+                // one): ask again while the call has time.
+                None => {}
             }
         }
     }

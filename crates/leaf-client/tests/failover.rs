@@ -231,6 +231,19 @@ async fn the_client_token_is_sent_and_a_refusal_names_the_setting() {
         let e = c.segment().next_id("t").await.unwrap_err();
         assert!(matches!(e, Error::Config(_)), "{token:?}: {e}");
         assert!(e.to_string().contains("client_token"), "{e}");
+        // Which endpoint refused, and with which status, in the message and typed.
+        let url = cluster.servers[0].url();
+        assert!(
+            e.to_string()
+                .starts_with(&format!("configuration error: {url}: ")),
+            "{e}"
+        );
+        assert_eq!(
+            c.endpoints()[0].last_status,
+            Some(401),
+            "{:?}",
+            c.endpoints()
+        );
         assert!(
             started.elapsed() < Duration::from_secs(1),
             "final, not retried"
@@ -283,6 +296,13 @@ async fn without_the_admin_token_the_admin_calls_fail_before_any_request() {
         admin_requests(&after),
         admin_requests(&before),
         "no request was sent"
+    );
+    // The allocator's init() lists the tags: it says plainly that it needs the token, and
+    // tags still work at first use.
+    let e = c.segment().init().await.unwrap_err();
+    assert!(
+        e.to_string().contains("init() and spawn_refresher()"),
+        "{e}"
     );
     // allocate and get need no admin token.
     assert!(c.store().get(&t).await.unwrap().is_some());

@@ -582,8 +582,8 @@ impl Inner {
                         continue;
                     }
                     entry.cap_overrun(&s);
-                    if let Some(why) = &s.exhausted {
-                        return Err(Error::Exhausted(why.clone()));
+                    if let Some(why) = s.exhausted(self.clock.monotonic(), self.config.miss_ttl) {
+                        return Err(Error::Exhausted(why));
                     }
                     if !s.loading {
                         self.begin_load(entry, &mut s, false)?;

@@ -124,10 +124,29 @@ pub(crate) struct Slow {
     pub(crate) load_gen: u64,
     /// The failure of the latest load, if it failed.
     pub(crate) last_error: Option<Error>,
-    /// The store's `Exhausted` message once the tag has no IDs left: later requests get it
-    /// without a load, until a refresh or a change of the row clears it.
-    pub(crate) exhausted: Option<String>,
+    /// The store's `Exhausted` message once the tag has no IDs left, and when (monotonic):
+    /// later requests get it without a load for `miss_ttl`, then the store is asked again (a
+    /// refresh or a change of the row clears it at once).
+    pub(crate) exhausted: Option<(String, Duration)>,
+    /// The end of the highest range installed: a range from the store that starts below it
+    /// (a lowered `max_id`, a store restored from an older copy, another store) is refused.
+    high_water: i64,
     pub(crate) usage: Usage,
+}
+
+impl Slow {
+    /// The store's `Exhausted` message if the tag ran out less than `again` ago; past that it
+    /// is forgotten, so that the store is asked again (its row may have been changed).
+    pub(crate) fn exhausted(&mut self, now: Duration, again: Duration) -> Option<String> {
+        match &self.exhausted {
+            Some((why, at)) if now.saturating_sub(*at) < again => Some(why.clone()),
+            Some(_) => {
+                self.exhausted = None;
+                None
+            }
+            None => None,
+        }
+    }
 }
 
 /// What every request writes: the cursor, alone on its line.
@@ -223,7 +242,27 @@ impl TagEntry {
     }
 
     /// Publishes a loaded segment: the first one becomes current, later ones become the next.
-    pub(crate) fn install(&self, s: &mut Slow, seg: Seg, threshold: f64) {
+    /// A segment that starts below the end of one installed before is refused, never handed
+    /// out: its IDs may have been issued already.
+    pub(crate) fn install(&self, s: &mut Slow, seg: Seg, threshold: f64) -> Result<()> {
+        if s.initialized && seg.start < s.high_water {
+            tracing::error!(
+                tag = %self.tag,
+                start = seg.start,
+                high_water = s.high_water,
+                "the store returned a range below one already handed out (was max_id lowered, \
+                 or the store restored from an older copy?); refused"
+            );
+            return Err(Error::Unavailable(format!(
+                "the store returned the range {}..{} of tag {}, below {}, the end of one already \
+                 handed out; refused",
+                seg.start,
+                seg.end(),
+                self.tag,
+                s.high_water
+            )));
+        }
+        s.high_water = s.high_water.max(seg.end());
         let epoch = s.epoch + 1;
         let idx = (epoch & 1) as usize;
         let slot = &self.slots.0[idx];
@@ -235,16 +274,6 @@ impl TagEntry {
         slot.len.store(seg.len, Ordering::Relaxed);
         slot.preload_at.store(preload_at, Ordering::Relaxed);
         slot.seq.store(epoch & EPOCH_MASK, Ordering::Release);
-        if let Some(prev) = s.segs[(s.epoch & 1) as usize].filter(|_| s.initialized)
-            && seg.start < prev.end()
-        {
-            tracing::warn!(
-                tag = %self.tag,
-                start = seg.start,
-                previous_end = prev.end(),
-                "the store returned a range below the previous one; was max_id lowered?"
-            );
-        }
         s.segs[idx] = Some(seg);
         if s.initialized {
             s.next_ready = true;
@@ -252,6 +281,7 @@ impl TagEntry {
             s.initialized = true;
             self.publish(s, epoch);
         }
+        Ok(())
     }
 
     /// Makes the ready next segment current. The caller has checked that the current one is
@@ -395,7 +425,8 @@ mod tests {
                 len: 10,
             },
             0.1,
-        );
+        )
+        .unwrap();
         assert!(s.initialized && !s.next_ready);
         drop(s);
         assert_eq!(got(e.take(1)), (100, 1, false));
@@ -407,7 +438,7 @@ mod tests {
         assert!(matches!(e.take(1), Take::Spent));
         let mut s = e.lock();
         assert!(!e.has_ids(&s));
-        e.install(&mut s, Seg { start: 500, len: 4 }, 0.5);
+        e.install(&mut s, Seg { start: 500, len: 4 }, 0.5).unwrap();
         assert!(s.next_ready);
         e.switch(&mut s);
         assert_eq!(e.issued(&s), 10);
@@ -421,21 +452,67 @@ mod tests {
     fn a_stale_epoch_is_refused() {
         let e = entry();
         let mut s = e.lock();
-        e.install(&mut s, Seg { start: 0, len: 1 }, 0.0);
-        e.install(&mut s, Seg { start: 1, len: 1 }, 0.0);
+        e.install(&mut s, Seg { start: 0, len: 1 }, 0.0).unwrap();
+        e.install(&mut s, Seg { start: 1, len: 1 }, 0.0).unwrap();
         e.switch(&mut s);
         // A reader that counted in epoch 1 reads slot 1 after it was refilled for epoch 3.
-        e.install(&mut s, Seg { start: 2, len: 1 }, 0.0);
+        e.install(&mut s, Seg { start: 2, len: 1 }, 0.0).unwrap();
         e.switch(&mut s);
         e.hot.0.state.store(pack(1, 0), Ordering::Relaxed);
         assert!(matches!(e.take(1), Take::Spent));
     }
 
     #[test]
+    fn a_range_below_one_installed_before_is_refused() {
+        let e = entry();
+        let mut s = e.lock();
+        e.install(
+            &mut s,
+            Seg {
+                start: 100,
+                len: 10,
+            },
+            0.1,
+        )
+        .unwrap();
+        e.install(
+            &mut s,
+            Seg {
+                start: 200,
+                len: 10,
+            },
+            0.1,
+        )
+        .unwrap();
+        e.switch(&mut s);
+        // The store hands out 100..110 again (its max_id lowered, an older copy restored):
+        // refused whether it overlaps the current range or an earlier one.
+        for start in [100, 205, 209] {
+            let e2 = e.install(&mut s, Seg { start, len: 10 }, 0.1).unwrap_err();
+            assert!(
+                matches!(&e2, Error::Unavailable(m) if m.contains("below 210")),
+                "{e2}"
+            );
+        }
+        assert!(!s.next_ready, "nothing installed");
+        // Ranges with gaps (other servers took some) are fine.
+        e.install(
+            &mut s,
+            Seg {
+                start: 300,
+                len: 10,
+            },
+            0.1,
+        )
+        .unwrap();
+        assert!(s.next_ready);
+    }
+
+    #[test]
     fn overrun_is_capped() {
         let e = entry();
         let mut s = e.lock();
-        e.install(&mut s, Seg { start: 0, len: 10 }, 0.1);
+        e.install(&mut s, Seg { start: 0, len: 10 }, 0.1).unwrap();
         e.hot
             .0
             .state

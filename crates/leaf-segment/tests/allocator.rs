@@ -712,3 +712,125 @@ async fn a_handle_shares_the_tags_cursor_and_completes_on_the_first_poll() {
     assert!(back > last, "{back} after {last}");
     assert!(h.next_ids(3).await.unwrap()[0] > back);
 }
+
+/// What [`Scripted`] answers to its next allocations, before it passes them to its store.
+#[derive(Debug)]
+enum Scripted {
+    /// The first allocation it made, again (a lowered `max_id`, an older copy of the store).
+    Repeat,
+    /// `Exhausted`.
+    Exhausted,
+}
+
+/// A store whose next allocations follow a script, then the in-memory store's.
+#[derive(Debug, Default)]
+struct ScriptedStore {
+    mem: leaf_testkit::MemoryStore,
+    script: std::sync::Mutex<std::collections::VecDeque<Scripted>>,
+    first: std::sync::Mutex<Option<leaf_core::Allocation>>,
+}
+
+impl ScriptedStore {
+    fn then(&self, answers: impl IntoIterator<Item = Scripted>) {
+        self.script.lock().unwrap().extend(answers);
+    }
+}
+
+#[async_trait::async_trait]
+impl SegmentStore for ScriptedStore {
+    fn kind(&self) -> &'static str {
+        "scripted"
+    }
+    fn capabilities(&self) -> leaf_core::StoreCapabilities {
+        self.mem.capabilities()
+    }
+    async fn allocate(
+        &self,
+        tag: &Tag,
+        step: Option<i64>,
+    ) -> leaf_core::Result<leaf_core::Allocation> {
+        let next = self.script.lock().unwrap().pop_front();
+        match next {
+            Some(Scripted::Repeat) => Ok(self.first.lock().unwrap().clone().expect("a first")),
+            Some(Scripted::Exhausted) => Err(Error::Exhausted(format!("tag {tag} ran out"))),
+            None => {
+                let a = self.mem.allocate(tag, step).await?;
+                self.first.lock().unwrap().get_or_insert(a.clone());
+                Ok(a)
+            }
+        }
+    }
+    async fn get(&self, tag: &Tag) -> leaf_core::Result<Option<leaf_core::TagRecord>> {
+        self.mem.get(tag).await
+    }
+    async fn list(&self) -> leaf_core::Result<Vec<leaf_core::TagRecord>> {
+        self.mem.list().await
+    }
+    async fn create(&self, new: &NewTag) -> leaf_core::Result<leaf_core::TagRecord> {
+        self.mem.create(new).await
+    }
+    async fn update(
+        &self,
+        tag: &Tag,
+        update: &leaf_core::TagUpdate,
+    ) -> leaf_core::Result<leaf_core::TagRecord> {
+        self.mem.update(tag, update).await
+    }
+}
+
+/// A store that answers a range it handed out before (its `max_id` lowered, an older copy
+/// restored, another store behind the same name): the allocator refuses it and hands out no ID
+/// twice; serving goes on once the store answers above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_below_one_handed_out_is_refused_and_no_id_repeats() {
+    let store = Arc::new(ScriptedStore {
+        mem: leaf_testkit::MemoryStore::with_tags([("t", 10)]),
+        ..ScriptedStore::default()
+    });
+    let alloc = SegmentAllocator::new(store.clone(), system(), patient());
+    alloc.init().await.unwrap();
+    let mut seen = HashSet::new();
+    for _ in 0..10 {
+        assert!(seen.insert(alloc.next_id("t").await.unwrap()));
+    }
+    // Every later load answers the first range again, three times, then the store's own.
+    store.then([Scripted::Repeat, Scripted::Repeat, Scripted::Repeat]);
+    for _ in 0..30 {
+        let id = alloc
+            .next_id("t")
+            .await
+            .expect("served once the store answers above");
+        assert!(seen.insert(id), "id {id} handed out twice");
+    }
+    let s = snap(&alloc, "t");
+    assert!(
+        s.loads_failed >= 3,
+        "the repeated ranges were not refused: {s:?}"
+    );
+}
+
+/// An exhausted tag is asked about again once `miss_ttl` has passed, without `forget_miss` (a
+/// client of the servers has nobody to call it): a row that was changed meanwhile serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_tag_is_asked_again_after_the_miss_ttl() {
+    let store = Arc::new(ScriptedStore {
+        mem: leaf_testkit::MemoryStore::with_tags([("t", 10)]),
+        ..ScriptedStore::default()
+    });
+    let clock = Arc::new(ManualClock::new(0));
+    let config = SegmentConfig {
+        miss_ttl: Duration::from_secs(2),
+        ..patient()
+    };
+    let alloc = SegmentAllocator::new(store.clone(), clock.clone(), config);
+    store.then([Scripted::Exhausted]);
+    let e = alloc.next_id("t").await.unwrap_err();
+    assert!(matches!(e, Error::Exhausted(_)), "{e}");
+    // Within the miss TTL the store is not asked again.
+    clock.advance(Duration::from_secs(1));
+    let e = alloc.next_id("t").await.unwrap_err();
+    assert!(matches!(e, Error::Exhausted(_)), "{e}");
+    assert_eq!(store.mem.allocations(), 0);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(alloc.next_id("t").await.unwrap(), 1);
+}

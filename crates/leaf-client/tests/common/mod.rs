@@ -290,3 +290,107 @@ pub(crate) fn assert_unique(ids: &mut [i64]) {
         panic!("id {} issued twice (of {} ids)", w[0], ids.len());
     }
 }
+
+/// An HTTP endpoint of the test's own that answers every request with what `answer` makes of
+/// its method and path (status, content type, body): a server of the wrong kind (a maintenance
+/// page, another service behind a proxy), or one whose store is not the others'.
+pub(crate) struct Stub {
+    pub(crate) url: String,
+    requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// What a [`Stub`] answers: status, content type and body.
+pub(crate) type StubAnswer = (u16, &'static str, String);
+
+impl Stub {
+    pub(crate) async fn start(
+        answer: impl Fn(&str, &str) -> StubAnswer + Send + Sync + 'static,
+    ) -> Stub {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let answer = std::sync::Arc::new(answer);
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = requests.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (answer, counted) = (answer.clone(), counted.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        // One request: its head, then its body (Content-Length bytes).
+                        let head_end = loop {
+                            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break i + 4;
+                            }
+                            let mut chunk = [0u8; 4096];
+                            match conn.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+                        let length = head
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        while buf.len() < head_end + length {
+                            let mut chunk = [0u8; 4096];
+                            match conn.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buf.drain(..head_end + length);
+                        let mut words = head.split_whitespace();
+                        let (method, path) =
+                            (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let (status, content_type, body) = answer(method, path);
+                        let response = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\n\
+                             content-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if conn.write_all(response.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Stub {
+            url,
+            requests,
+            task,
+        }
+    }
+
+    /// How many requests it answered.
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A URL on which nothing listens: every connection is refused.
+pub(crate) fn refusing_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}")
+}

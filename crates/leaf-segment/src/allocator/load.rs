@@ -20,8 +20,8 @@ impl Inner {
                 {
                     return Err(clone_error(e));
                 }
-                if let Some(why) = &s.exhausted {
-                    return Err(Error::Exhausted(why.clone()));
+                if let Some(why) = s.exhausted(self.clock.monotonic(), self.config.miss_ttl) {
+                    return Err(Error::Exhausted(why));
                 }
                 if !s.loading {
                     self.begin_load(entry, &mut s, true)?;
@@ -40,10 +40,11 @@ impl Inner {
             return;
         }
         let mut s = entry.lock();
+        let now = self.clock.monotonic();
         if s.initialized
             && !s.next_ready
             && !s.loading
-            && s.exhausted.is_none()
+            && s.exhausted(now, self.config.miss_ttl).is_none()
             && let Err(e) = self.begin_load(entry, &mut s, false)
         {
             tracing::warn!(tag = %entry.tag, error = %e, "cannot preload the next segment");
@@ -95,14 +96,17 @@ impl Inner {
             o.on_load(&entry.tag, result.is_ok(), now.saturating_sub(started));
         }
         let mut s = entry.lock();
-        let (a, seg) = match result {
+        let installed = result.and_then(|(a, seg)| {
+            entry.install(&mut s, seg, self.config.threshold())?;
+            Ok((a, seg))
+        });
+        let (a, seg) = match installed {
             Ok(ok) => ok,
             Err(e) => {
                 s.loads_failed += 1;
                 return Err(e);
             }
         };
-        entry.install(&mut s, seg, self.config.threshold());
         s.step = a.used_step;
         s.stored_step = a.step;
         s.last_load_at = Some(started);
@@ -150,7 +154,8 @@ async fn run_load(inner: Weak<Inner>, clock: Arc<dyn Clock>, entry: Arc<TagEntry
             s.loading = false;
             s.load_gen += 1;
             s.last_error = Some(err);
-            s.exhausted = exhausted;
+            let now = clock.monotonic();
+            s.exhausted = exhausted.map(|why| (why, now));
             drop(s);
             entry.notify.notify_waiters();
             return;
