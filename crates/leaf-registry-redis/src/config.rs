@@ -27,14 +27,17 @@ pub struct RedisConfig {
     /// The longest any one call (an allocation, a renewal, a lookup) may take, in milliseconds,
     /// before it fails with `Unavailable`: a stalled server never hangs a caller. Default `5000`.
     pub timeout_ms: u64,
-    /// Run on a server whose `appendonly`/`appendfsync` are weaker than `yes`/`always`, or
-    /// whose connected replicas outnumber `wait_replicas` (an acknowledged allocation or mark
-    /// may then be lost in a crash or a failover, and its IDs handed out twice). A warning is
-    /// logged at every connection. Default `false`: such a server is refused.
+    /// Run on a server whose `appendonly`/`appendfsync` are weaker than `yes`/`always`, whose
+    /// connected replicas outnumber `wait_replicas` (an acknowledged allocation or mark may then
+    /// be lost in a crash or a failover, and its IDs handed out twice), or whose `maxmemory`
+    /// limit comes with a `maxmemory-policy` other than `noeviction` (Redis may then evict an
+    /// id's mark, a tag's row or a live lease). A warning is logged at every connection.
+    /// Default `false`: such a server is refused.
     pub accept_weak_durability: bool,
     /// Where the server refuses `CONFIG GET` (renamed, or denied by an ACL): `true` states that
-    /// it runs with `appendonly yes` and `appendfsync always`, which the guard then takes on
-    /// trust. Ignored when `CONFIG GET` answers. Default `false`.
+    /// it runs with `appendonly yes`, `appendfsync always` and `maxmemory-policy noeviction` (or
+    /// no `maxmemory`), which the guard then takes on trust. Ignored when `CONFIG GET` answers.
+    /// Default `false`.
     pub assume_durable: bool,
     /// How many replicas must acknowledge every write (`WAIT`) before it counts; a write not
     /// acknowledged in time fails with `Unavailable`. A primary with more connected replicas

@@ -60,6 +60,57 @@ pub(crate) enum Durability {
     Unknown,
 }
 
+/// What the guard found of the server's eviction: whether Redis may drop Leaf's keys to stay
+/// under its `maxmemory`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Eviction {
+    /// `maxmemory-policy noeviction`, or no `maxmemory` (0): Redis evicts nothing.
+    None,
+    /// A `maxmemory` limit and a policy that evicts keys under it, as the server reported them.
+    Evicting { maxmemory: String, policy: String },
+    /// The server refused `CONFIG GET` and `assume_durable` is not set.
+    Unknown,
+}
+
+/// Judges the server's answers to `CONFIG GET maxmemory` / `maxmemory-policy` (`None`:
+/// refused). Any policy but `noeviction` is refused, a future one too: `allkeys-*` evicts any
+/// key (an id's mark, a tag's row), `volatile-*` the keys with a TTL (the live leases). Redis
+/// evicts only once `maxmemory` is set and reached, so with `maxmemory` 0 the policy is
+/// harmless; an operator who sets `maxmemory` at run time is found by the re-check.
+pub(crate) fn judge_eviction(
+    maxmemory: Option<&str>,
+    policy: Option<&str>,
+    assume_durable: bool,
+) -> Eviction {
+    match (maxmemory, policy) {
+        (Some(m), Some(p)) => {
+            let unlimited = m.trim().parse::<u64>() == Ok(0);
+            if unlimited || p.trim().eq_ignore_ascii_case("noeviction") {
+                Eviction::None
+            } else {
+                Eviction::Evicting {
+                    maxmemory: m.to_owned(),
+                    policy: p.to_owned(),
+                }
+            }
+        }
+        _ if assume_durable => Eviction::None,
+        _ => Eviction::Unknown,
+    }
+}
+
+/// What a policy other than `noeviction` can take from Leaf, for the guard's message.
+fn what_it_evicts(policy: &str) -> &'static str {
+    let p = policy.to_ascii_lowercase();
+    if p.starts_with("volatile-") {
+        "the keys with a ttl, which are the live worker id leases (a holder loses its id before \
+         its lease_ttl_ms, and another node can claim it meanwhile)"
+    } else {
+        "any key, such as a worker id's mark (its next holder starts from mark 0, below the \
+         timestamps already issued with it) or a tag's row"
+    }
+}
+
 /// Judges the server's answers to `CONFIG GET appendonly` / `appendfsync` (`None`: refused).
 pub(crate) fn judge(
     appendonly: Option<&str>,
@@ -163,8 +214,8 @@ impl Connection {
         Ok(conn)
     }
 
-    /// The durability guard on a new connection: the server's version, its AOF settings, and
-    /// its replicas against `wait_replicas`.
+    /// The durability guard on a new connection: the server's version, its AOF settings, its
+    /// eviction policy, and its replicas against `wait_replicas`.
     async fn guard(&self, conn: &mut MultiplexedConnection, at_start: bool) -> Result<()> {
         let url = self.config.redacted_url();
         let server = info(conn, "server").await?;
@@ -179,36 +230,51 @@ impl Connection {
         }
         let appendonly = config_get(conn, "appendonly").await?;
         let appendfsync = config_get(conn, "appendfsync").await?;
-        let verdict = judge(
-            appendonly.as_deref(),
-            appendfsync.as_deref(),
-            self.config.assume_durable,
-        );
+        let maxmemory = config_get(conn, "maxmemory").await?;
+        let policy = config_get(conn, "maxmemory-policy").await?;
+        let assume = self.config.assume_durable;
+        let verdict = judge(appendonly.as_deref(), appendfsync.as_deref(), assume);
+        let eviction = judge_eviction(maxmemory.as_deref(), policy.as_deref(), assume);
         // Each problem: what the log says (with the server's address), and what a client may
         // learn at a reconnect.
         let mut problems: Vec<(String, &str)> = Vec::new();
         let weak_aof = "redis durability is weaker than appendonly yes and appendfsync always";
-        match verdict {
-            Durability::Durable => {}
-            Durability::Weak {
-                appendonly,
-                appendfsync,
-            } => problems.push((
+        if let Durability::Weak {
+            appendonly,
+            appendfsync,
+        } = &verdict
+        {
+            problems.push((
                 format!(
                     "redis at {url} runs with appendonly {appendonly} and appendfsync \
                      {appendfsync}; leaf needs appendonly yes and appendfsync always, or an \
                      acknowledged allocation can be lost in a crash and its ids handed out twice"
                 ),
                 weak_aof,
-            )),
-            Durability::Unknown => problems.push((
+            ));
+        }
+        if let Eviction::Evicting { maxmemory, policy } = &eviction {
+            problems.push((
                 format!(
-                    "redis at {url} refuses CONFIG GET, so its appendonly and appendfsync cannot \
-                     be checked; leaf needs appendonly yes and appendfsync always (set \
-                     assume_durable = true if the server runs with them)"
+                    "redis at {url} runs with maxmemory {maxmemory} and maxmemory-policy \
+                     {policy}: once the limit is reached it evicts {}; set maxmemory-policy \
+                     noeviction",
+                    what_it_evicts(policy)
+                ),
+                "redis may evict leaf's keys: its maxmemory-policy is not noeviction",
+            ));
+        }
+        // One message for both: CONFIG GET is refused as a whole (renamed, or denied by an ACL).
+        if verdict == Durability::Unknown || eviction == Eviction::Unknown {
+            problems.push((
+                format!(
+                    "redis at {url} refuses CONFIG GET, so its durability and eviction settings \
+                     cannot be checked; leaf needs appendonly yes, appendfsync always and \
+                     maxmemory-policy noeviction (set assume_durable = true if the server runs \
+                     with them)"
                 ),
                 weak_aof,
-            )),
+            ));
         }
         let replication = info(conn, "replication").await?;
         if let Some(problem) = judge_replicas(&replication, self.config.wait_replicas) {
@@ -447,6 +513,49 @@ mod tests {
             }
         );
         assert_eq!(judge(None, Some("always"), false), Durability::Unknown);
+    }
+
+    #[test]
+    fn eviction_table() {
+        let check = |m: Option<&str>, p: Option<&str>, assume: bool, safe: bool| {
+            let v = judge_eviction(m, p, assume);
+            assert_eq!(v == Eviction::None, safe, "{m:?} {p:?} {assume}: {v:?}");
+        };
+        let limit = Some("4194304");
+        check(limit, Some("noeviction"), false, true);
+        check(limit, Some("NoEviction"), false, true);
+        for evicting in [
+            "allkeys-lru",
+            "allkeys-lfu",
+            "allkeys-random",
+            "volatile-lru",
+            "volatile-lfu",
+            "volatile-random",
+            "volatile-ttl",
+            "a-policy-of-a-later-redis",
+        ] {
+            check(limit, Some(evicting), false, false);
+            // assume_durable is about a refused CONFIG GET only.
+            check(limit, Some(evicting), true, false);
+            // Redis evicts only under a maxmemory limit.
+            check(Some("0"), Some(evicting), false, true);
+        }
+        check(Some("x"), Some("allkeys-lru"), false, false);
+        check(None, None, false, false);
+        check(None, None, true, true);
+        assert_eq!(
+            judge_eviction(None, Some("noeviction"), false),
+            Eviction::Unknown
+        );
+        assert_eq!(
+            judge_eviction(limit, Some("volatile-ttl"), false),
+            Eviction::Evicting {
+                maxmemory: "4194304".into(),
+                policy: "volatile-ttl".into()
+            }
+        );
+        assert!(what_it_evicts("volatile-lru").contains("lease"));
+        assert!(what_it_evicts("allkeys-lfu").contains("mark"));
     }
 
     #[test]

@@ -105,8 +105,9 @@ type Answer = Vec<String>;
 
 impl RedisStore {
     /// Connects to the server of `config` and runs the durability guard. Fails with `Config`
-    /// if the configuration is invalid, the server refuses the credentials, or its durability
-    /// is weaker than `appendonly yes` + `appendfsync always` (unless
+    /// if the configuration is invalid, the server refuses the credentials, its durability is
+    /// weaker than `appendonly yes` + `appendfsync always`, or it may evict keys (a
+    /// `maxmemory` with a `maxmemory-policy` other than `noeviction`) (unless
     /// `accept_weak_durability`); with `Unavailable` if it cannot be reached in time.
     pub async fn connect(config: &RedisStoreConfig) -> Result<Self> {
         let store = RedisStore {

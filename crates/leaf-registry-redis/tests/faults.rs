@@ -1,6 +1,6 @@
 //! Fault tests against real Redis containers of their own: a stopped server, a SIGKILLed one,
-//! a server with weak durability, concurrent claimers, and a lease that expired while another
-//! node claimed its id.
+//! a server with weak durability or an evicting `maxmemory-policy`, concurrent claimers, and a
+//! lease that expired while another node claimed its id.
 
 mod common;
 
@@ -335,6 +335,217 @@ async fn weak_durability_found_at_a_reconnect_is_unavailable() {
         .allocate(&t, None)
         .await
         .expect("allocate once the server is durable again");
+}
+
+/// Writes 16 KiB values under `{prefix}:flood:` to the server at `url`, on one connection, until
+/// none of `keys` exists any more: Redis evicted them to stay under its `maxmemory`. Stops
+/// writing early when Redis refuses a write for memory (`OOM`: a `volatile-*` policy found no
+/// key with a TTL left to evict). Panics if the keys outlive 2000 writes (32 MiB).
+async fn flood_until_evicted(url: &str, prefix: &str, keys: &[String]) {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let value = vec![b'x'; 16 * 1024];
+    let mut out_of_memory = false;
+    for i in 0..2000 {
+        let mut present = 0;
+        for k in keys {
+            let n: i64 = redis::cmd("EXISTS")
+                .arg(k)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            present += n;
+        }
+        if present == 0 {
+            return;
+        }
+        if out_of_memory {
+            break;
+        }
+        let set: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(format!("{prefix}:flood:{i}"))
+            .arg(&value)
+            .query_async(&mut conn)
+            .await;
+        match set {
+            Ok(()) => {}
+            Err(e) if e.code() == Some("OOM") => out_of_memory = true,
+            Err(e) => panic!("flooding the server: {e}"),
+        }
+    }
+    panic!("the server kept {keys:?} under the flood");
+}
+
+/// An `allkeys-*` policy under a `maxmemory` limit evicts any key once the limit is reached:
+/// flooded, the server drops an id's mark, so the next claimer of the id starts from mark 0,
+/// below every timestamp the last holder issued, and a tag's row, so the tag is gone. Such a
+/// server is refused at start-up, naming the setting and `noeviction`, unless
+/// `accept_weak_durability` (which runs, and takes that risk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_maxmemory_policy_is_refused_unless_accepted() {
+    let server =
+        match redis_dedicated_with(&["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"])
+            .await
+        {
+            Ok(d) => d,
+            Err(e) => panic!("no Redis container for the fault tests: {e}"),
+        };
+    let url = server.endpoint().url.clone();
+    let ns = namespace_on(&url);
+    let config = config_of(&ns);
+
+    // What the guard keeps out: with the risk accepted, the flood evicts Leaf's keys.
+    let accepted = RedisConfig {
+        accept_weak_durability: true,
+        ..config.clone()
+    };
+    let store = RedisStore::connect(&accepted)
+        .await
+        .expect("accepted with accept_weak_durability");
+    let t = new_tag(&store, "evicted", 10).await;
+    store.allocate(&t, None).await.expect("allocate");
+    let backend = |dir: &tempfile::TempDir| {
+        RedisBackend::new(&accepted, "leaf")
+            .map(|b| b.registry(dir.path().to_path_buf()))
+            .unwrap()
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = backend(&dir_a);
+    let lease = a
+        .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.6", 1), 0))
+        .await
+        .expect("acquire");
+    let last_issued = now_ms();
+    a.release(&lease, last_issued).await.expect("release");
+    let mark_key = a.backend().mark_key(0);
+    let tag_key = format!("{}:tag:{t}", ns.prefix);
+    flood_until_evicted(&url, &ns.prefix, &[mark_key, tag_key]).await;
+    let e = store
+        .allocate(&t, None)
+        .await
+        .expect_err("an allocation of an evicted tag");
+    assert!(matches!(e, Error::NotFound(_)), "{e}");
+    let b = backend(&dir_b);
+    let next = b
+        .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.6", 2), 0))
+        .await
+        .expect("acquire the released id");
+    assert_eq!(next.worker_id, 0);
+    assert_eq!(
+        next.prev_mark_ms, None,
+        "the id's mark ({last_issued}, the last timestamp issued with it) was evicted: the next \
+         holder starts from mark 0"
+    );
+
+    let e = RedisStore::connect(&config)
+        .await
+        .expect_err("a store on maxmemory-policy allkeys-lru");
+    let msg = e.to_string();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+    assert!(
+        msg.contains("maxmemory-policy allkeys-lru") && msg.contains("noeviction"),
+        "the message names the setting and what to set: {msg}"
+    );
+    assert!(msg.contains("accept_weak_durability"), "{msg}");
+    let dir = tempfile::tempdir().unwrap();
+    let registry = RedisBackend::new(&config, "leaf")
+        .map(|b| b.registry(dir.path().to_path_buf()))
+        .unwrap();
+    let e = registry
+        .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.6", 3), 0))
+        .await
+        .expect_err("a registry on maxmemory-policy allkeys-lru");
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("maxmemory-policy")),
+        "{e}"
+    );
+}
+
+/// A `volatile-*` policy evicts the keys with a TTL, which are the live leases: set at run time
+/// together with a `maxmemory` (Redis evicts nothing without one) and flooded, the server drops
+/// a lease of an `accept_weak_durability` registry long before its TTL, and another node claims
+/// the id at once. A guarded store finds the setting at its re-check and its calls are
+/// `Unavailable` until the policy is `noeviction` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_policy_set_at_run_time_is_found_by_the_guard() {
+    let server = dedicated().await;
+    let url = server.endpoint().url.clone();
+    let ns = namespace_on(&url);
+    let store = RedisStore::connect(&config_of(&ns)).await.expect("connect");
+    let t = new_tag(&store, "volatile", 10).await;
+    store.allocate(&t, None).await.expect("allocate");
+    let accepted = RedisConfig {
+        accept_weak_durability: true,
+        // Far longer than the test: only an eviction can end the lease in time.
+        lease_ttl_ms: 120_000,
+        ..config_of(&ns)
+    };
+    let registry = |dir: &tempfile::TempDir| {
+        RedisBackend::new(&accepted, "leaf")
+            .map(|b| b.registry(dir.path().to_path_buf()))
+            .unwrap()
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = registry(&dir_a);
+    let lease = a
+        .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.7", 1), 0))
+        .await
+        .expect("acquire");
+    assert!(a.renew(&lease, now_ms() + 3000).await.unwrap().is_ok());
+    let renewed = Instant::now();
+
+    admin(&url, &["CONFIG", "SET", "maxmemory", "8mb"])
+        .await
+        .expect("config set");
+    admin(&url, &["CONFIG", "SET", "maxmemory-policy", "volatile-lru"])
+        .await
+        .expect("config set");
+    flood_until_evicted(&url, &ns.prefix, &[a.backend().worker_key(0)]).await;
+    // Room to write again (the flood filled the memory with keys no volatile policy evicts),
+    // under a limit still.
+    admin(&url, &["CONFIG", "SET", "maxmemory", "64mb"])
+        .await
+        .expect("config set");
+    let b = registry(&dir_b);
+    let next = b
+        .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.7", 2), 0))
+        .await
+        .expect("the evicted lease's id is free");
+    assert_eq!(next.worker_id, 0);
+    assert!(
+        renewed.elapsed() < Duration::from_millis(accepted.lease_ttl_ms),
+        "claimed within the first holder's ttl"
+    );
+    assert_eq!(
+        a.renew(&lease, now_ms() + 3000).await.expect("renew"),
+        Renewal::LeaseLost
+    );
+
+    let deadline = Instant::now() + RECHECK_BOUND;
+    let e = loop {
+        match store.allocate(&t, None).await {
+            Ok(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "still allocating {RECHECK_BOUND:?} after maxmemory-policy volatile-lru was set"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(&e, Error::Unavailable(m) if m.contains("maxmemory-policy")),
+        "{e}"
+    );
+
+    admin(&url, &["CONFIG", "SET", "maxmemory-policy", "noeviction"])
+        .await
+        .expect("config set");
+    store
+        .allocate(&t, None)
+        .await
+        .expect("allocate once the server evicts nothing again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,6 +13,9 @@ pub use config::ZkConfig;
 #[doc(hidden)]
 pub use registry::ReadClaim;
 pub use registry::{ZkBackend, ZkMode, ZkRegistry};
+#[cfg(feature = "_test-hooks")]
+#[doc(hidden)]
+pub use session::Pause;
 
 /// The registry of `mode` on the ensemble of `config`, its cache file in `cache_dir`, for the
 /// leaf name `name` (nodes under `{root}/{name}`). Nothing is contacted before its first

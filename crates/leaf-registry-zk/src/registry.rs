@@ -235,6 +235,28 @@ impl ZkBackend {
         self.session.abandon().await
     }
 
+    /// Test hook: ends the sessions [`abandon_session`](Self::abandon_session) gave up, as their
+    /// expiry would: the server deletes their ephemeral nodes.
+    #[cfg(feature = "_test-hooks")]
+    #[doc(hidden)]
+    pub async fn end_abandoned_sessions(&self) -> Result<()> {
+        self.session.end_abandoned().await
+    }
+
+    /// Test hook: the next call of this registry's session that comes to `at` stops there; the
+    /// first receiver resolves then, and the call goes on once the sender is used or dropped.
+    #[cfg(feature = "_test-hooks")]
+    #[doc(hidden)]
+    pub fn pause_next(
+        &self,
+        at: crate::Pause,
+    ) -> (
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        self.session.pause_next(at)
+    }
+
     /// Test hook: the first half of a `zk_recycle` claim of worker id `id` in a pool of
     /// `0..=max` (seeded first): what the claimer reads before its multi-op, which
     /// [`commit_read_claim`](Self::commit_read_claim) then commits, as a claimer that stalled in

@@ -4,8 +4,15 @@
 //!
 //! A session this registry gave up may live on at the server for up to its timeout (a server
 //! restarted from its log restores every session with a fresh timer), and with it the nodes it
-//! holds: a node of one of this registry's own earlier sessions is this registry's, so it is
-//! deleted and created again in the current session rather than taken for another process's.
+//! holds: a node of one of this registry's own earlier sessions is this registry's, not another
+//! process's, and is taken over in the current session. Never by deleting it: a lock node's
+//! data version is always 0, so a delete at the version read cannot tell this registry's node
+//! from one another process created after the earlier session ended, and a multi-op cannot
+//! check a node's ephemeral owner. The registry keeps the id and password of every session it
+//! opened and ends the earlier one instead, by joining it and closing it (a session that has
+//! already ended refuses the join, which is as good); the server then deletes that session's
+//! nodes and no other, and the create is tried again: it holds the node, or finds another
+//! process's.
 
 use std::sync::Mutex as StdMutex;
 use std::time::Duration;
@@ -35,16 +42,43 @@ pub(crate) struct Session {
     ephemerals: StdMutex<Vec<Ephemeral>>,
     /// An exclusive ephemeral that another session held when this one tried to re-create it.
     lost: StdMutex<Option<String>>,
-    /// The ids of the sessions this registry opened, the current one last (the last
-    /// [`MAX_SESSIONS`]).
-    opened: StdMutex<Vec<i64>>,
+    /// The sessions this registry opened (id and password, to end one that outlived its
+    /// client), the current one last (the last [`MAX_SESSIONS`]).
+    opened: StdMutex<Vec<zk::SessionInfo>>,
     /// Test hook: sessions given up without closing them, as a restarted server keeps them.
     #[cfg(feature = "_test-hooks")]
     abandoned: StdMutex<Vec<zk::Client>>,
+    /// Test hook: where the next calls stop ([`Session::pause_next`]).
+    #[cfg(feature = "_test-hooks")]
+    pauses: StdMutex<Vec<Paused>>,
 }
 
-/// How many of its sessions' ids a registry remembers: far more than can expire within one
-/// session timeout.
+/// Test hook: where a call of a registry's session can be stopped.
+#[cfg(feature = "_test-hooks")]
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pause {
+    /// A takeover, once it found a node of one of the registry's earlier sessions, before it
+    /// acts on it.
+    Takeover,
+    /// The deletion of a kept ephemeral node (the live lock, at release), before it looks at
+    /// the node.
+    Drop,
+}
+
+/// Test hook: a call stopped at a [`Pause`].
+#[cfg(feature = "_test-hooks")]
+#[derive(Debug)]
+struct Paused {
+    at: Pause,
+    /// Sent when the call stops.
+    reached: tokio::sync::oneshot::Sender<()>,
+    /// The call goes on once this is sent or dropped.
+    go: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// How many of its sessions a registry remembers: far more than can expire within one session
+/// timeout.
 const MAX_SESSIONS: usize = 16;
 
 /// What an exclusive create found.
@@ -67,12 +101,51 @@ impl Session {
             opened: StdMutex::default(),
             #[cfg(feature = "_test-hooks")]
             abandoned: StdMutex::default(),
+            #[cfg(feature = "_test-hooks")]
+            pauses: StdMutex::default(),
         }
     }
 
-    /// Whether `owner` is one of the sessions this registry opened.
-    fn opened_by_me(&self, owner: i64) -> bool {
-        self.opened.lock().expect("opened lock").contains(&owner)
+    /// The session `owner`, if this registry opened it.
+    fn opened_by_me(&self, owner: i64) -> Option<zk::SessionInfo> {
+        self.opened
+            .lock()
+            .expect("opened lock")
+            .iter()
+            .find(|s| s.id().0 == owner)
+            .cloned()
+    }
+
+    /// Ends `earlier`, a session this registry opened and gave up, which the server still
+    /// keeps: joins it with its id and password and closes it, so that the server deletes its
+    /// ephemeral nodes (and only its). A session that already ended refuses the join: done too.
+    /// The caller bounds it.
+    async fn end_earlier(&self, earlier: zk::SessionInfo) -> Result<()> {
+        let id = earlier.id();
+        loop {
+            let joined = zk::Client::connector()
+                .with_session(earlier.clone())
+                .with_session_timeout(self.timeout)
+                .with_fail_eagerly()
+                .connect(&self.address)
+                .await;
+            match joined {
+                Ok(client) => {
+                    close(client, self.timeout).await?;
+                    break;
+                }
+                Err(zk::Error::SessionExpired) => break,
+                // A client still attached to the session (one given up but not yet stopped)
+                // takes its connection back when it reconnects, which ends the join's first
+                // try: try again (a closing client sends its close again at each reconnect).
+                Err(zk::Error::ConnectionLoss | zk::Error::NoHosts) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(map_zk(e, &format!("ending the earlier session {id}"))),
+            }
+        }
+        tracing::info!(session = %id, "an earlier session of this process ended");
+        Ok(())
     }
 
     /// The longest any one call may take.
@@ -126,7 +199,7 @@ impl Session {
             if opened.len() >= MAX_SESSIONS {
                 opened.remove(0);
             }
-            opened.push(client.session_id().0);
+            opened.push(client.session().clone());
         }
         let kept = self.ephemerals.lock().expect("ephemerals lock").clone();
         for e in kept {
@@ -193,23 +266,37 @@ impl Session {
         Ok(claim)
     }
 
-    /// Deletes the kept ephemeral `path` (if this session holds it) and stops keeping it.
+    /// Deletes the kept ephemeral `path` (if a session of this registry holds it) and stops
+    /// keeping it.
     pub(crate) async fn drop_ephemeral(&self, path: &str) -> Result<()> {
         self.ephemerals
             .lock()
             .expect("ephemerals lock")
             .retain(|e| e.path != path);
+        #[cfg(feature = "_test-hooks")]
+        self.pause_at(Pause::Drop).await;
         let client = self.client().await?;
         bounded(self.timeout, "deleting an ephemeral node", async {
             match client.check_stat(path).await {
-                // The current session is among those opened.
-                Ok(Some(stat)) if self.opened_by_me(stat.ephemeral_owner) => {
+                // Deleted in the session that holds it: should the session end before the
+                // delete arrives (and another process create the node), the server refuses the
+                // delete, so it never removes another's node.
+                Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
                     match client.delete(path, Some(stat.version)).await {
                         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
                         Err(e) => Err(map_zk(e, path)),
                     }
                 }
-                Ok(_) => Ok(()),
+                // An earlier session's: see the module docs.
+                Ok(Some(stat)) => match self.opened_by_me(stat.ephemeral_owner) {
+                    Some(earlier) => {
+                        #[cfg(feature = "_test-hooks")]
+                        self.pause_at(Pause::Takeover).await;
+                        self.end_earlier(earlier).await
+                    }
+                    None => Ok(()),
+                },
+                Ok(None) => Ok(()),
                 Err(e) => Err(map_zk(e, path)),
             }
         })
@@ -217,8 +304,9 @@ impl Session {
     }
 
     /// Creates the ephemeral `path` (and its missing parents, persistent) in `client`'s
-    /// session. [`Claim::HeldByOther`] if a node of another process's session is there; a node
-    /// of an earlier session of this registry's is deleted and created again.
+    /// session. [`Claim::HeldByOther`] if a node of another process's session is there; the
+    /// earlier session of this registry's that holds the node is ended (see the module docs)
+    /// and the create tried again.
     async fn create_ephemeral(
         &self,
         client: &zk::Client,
@@ -234,18 +322,19 @@ impl Session {
                     Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
                         return Ok(Claim::Held);
                     }
-                    Ok(Some(stat)) if self.opened_by_me(stat.ephemeral_owner) => {
+                    Ok(Some(stat)) => {
+                        let Some(earlier) = self.opened_by_me(stat.ephemeral_owner) else {
+                            return Ok(Claim::HeldByOther);
+                        };
                         tracing::info!(
                             %path,
                             session = stat.ephemeral_owner,
-                            "an earlier session of this process still holds its node; taking it over"
+                            "an earlier session of this process still holds its node; ending it"
                         );
-                        match client.delete(path, Some(stat.version)).await {
-                            Ok(()) | Err(zk::Error::NoNode) => {}
-                            Err(e) => return Err(map_zk(e, path)),
-                        }
+                        #[cfg(feature = "_test-hooks")]
+                        self.pause_at(Pause::Takeover).await;
+                        self.end_earlier(earlier).await?;
                     }
-                    Ok(Some(_)) => return Ok(Claim::HeldByOther),
                     // Gone in between (its session just ended): try again.
                     Ok(None) => {}
                     Err(e) => return Err(map_zk(e, path)),
@@ -269,6 +358,49 @@ impl Session {
         }
     }
 
+    /// Test hook: the next call that comes to `at` stops there: the first receiver resolves
+    /// then, and the call goes on once the sender is used or dropped.
+    #[cfg(feature = "_test-hooks")]
+    pub(crate) fn pause_next(
+        &self,
+        at: Pause,
+    ) -> (
+        tokio::sync::oneshot::Receiver<()>,
+        tokio::sync::oneshot::Sender<()>,
+    ) {
+        let (reached, reached_rx) = tokio::sync::oneshot::channel();
+        let (go_tx, go) = tokio::sync::oneshot::channel();
+        self.pauses
+            .lock()
+            .expect("pauses lock")
+            .push(Paused { at, reached, go });
+        (reached_rx, go_tx)
+    }
+
+    #[cfg(feature = "_test-hooks")]
+    async fn pause_at(&self, at: Pause) {
+        let paused = {
+            let mut pauses = self.pauses.lock().expect("pauses lock");
+            let i = pauses.iter().position(|p| p.at == at);
+            i.map(|i| pauses.remove(i))
+        };
+        if let Some(Paused { reached, go, .. }) = paused {
+            let _ = reached.send(());
+            let _ = go.await;
+        }
+    }
+
+    /// Test hook: ends the sessions [`abandon`](Self::abandon) gave up, as their expiry would
+    /// (the server deletes their ephemeral nodes); waits until they are closed.
+    #[cfg(feature = "_test-hooks")]
+    pub(crate) async fn end_abandoned(&self) -> Result<()> {
+        let abandoned = std::mem::take(&mut *self.abandoned.lock().expect("abandoned lock"));
+        for client in abandoned {
+            close(client, self.timeout).await?;
+        }
+        Ok(())
+    }
+
     /// The exclusive ephemeral another process took while this one's session was gone, if any.
     pub(crate) fn lost(&self) -> Option<String> {
         self.lost.lock().expect("lost lock").clone()
@@ -283,18 +415,27 @@ impl Session {
         let Some(client) = self.client.lock().await.take() else {
             return Ok(());
         };
-        let mut watcher = client.state_watcher();
-        // Dropping the last handle makes the client close its session.
-        drop(client);
-        bounded(self.timeout, "closing the session", async {
-            while !matches!(
-                watcher.changed().await,
-                SessionState::Closed | SessionState::Expired
-            ) {}
-            Ok(())
-        })
-        .await
+        close(client, self.timeout).await
     }
+}
+
+/// Closes the session of `client`, its last handle, and waits (up to `limit`) until it is
+/// closed: the server has then deleted its ephemeral nodes.
+async fn close(client: zk::Client, limit: Duration) -> Result<()> {
+    let mut watcher = client.state_watcher();
+    // Dropping the last handle makes the client close its session.
+    drop(client);
+    bounded(limit, "closing the session", async {
+        let mut state = watcher.peek_state();
+        while !matches!(
+            state,
+            SessionState::Closed | SessionState::Expired | SessionState::AuthFailed
+        ) {
+            state = watcher.changed().await;
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// Creates the parent directories of `path` (persistent nodes), as `mkdir -p`.

@@ -1,6 +1,7 @@
 //! The ZooKeeper modes under faults, on a real server: ZooKeeper down at start-up, many
 //! starters at once, a Java Leaf node to adopt, racing first starts, a second live process of
-//! one identity, and an owner that stops renewing.
+//! one identity (also one that takes the live lock the moment an earlier session of the first
+//! ends), and an owner that stops renewing.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{NAME, Proxy, ZkFix, now_ms, raw_client, request};
 use leaf_core::{Error, NodeIdentity, Renewal, WorkerIdRegistry};
-use leaf_registry_zk::{ZkBackend, ZkConfig, ZkMode, ZkRegistry};
+use leaf_registry_zk::{Pause, ZkBackend, ZkConfig, ZkMode, ZkRegistry};
 use zookeeper_client::{Acls, CreateMode};
 
 /// A registry of `mode` whose ZooKeeper address no server listens on.
@@ -542,6 +543,105 @@ async fn zk_normal_takes_back_its_lock_from_an_earlier_session_the_server_still_
         None,
         "released"
     );
+}
+
+/// An earlier session of this process holds the live lock (the server kept it), and ends, as
+/// an expiry would, just after this process found the lock there and before it took the lock
+/// over; another process of the identity takes the lock in between. A lock node's data version
+/// is always 0, so the takeover must not go by it: the lock is the other process's now, it
+/// keeps it, and this process's lease is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_normal_never_takes_over_a_lock_another_process_took_from_its_earlier_session() {
+    let fix = ZkFix::with_config(ZkMode::Normal, |c| {
+        c.fence_on_disconnect = true;
+        // Room for the other process's start inside this one's bounded renewal.
+        c.session_timeout_ms = 10_000;
+    })
+    .await;
+    let a = fix.registry();
+    let lease_a = a.acquire(&request(me(), 1023)).await.unwrap();
+    let client = raw_client().await;
+    let lock = format!("{}/forever-lock/{}", fix.base(), me());
+    let owner = |stat: Option<zookeeper_client::Stat>| stat.map(|s| s.ephemeral_owner);
+    let first = owner(client.check_stat(&lock).await.unwrap()).expect("A's live lock");
+    a.backend().abandon_session().await;
+
+    let (reached, go) = a.backend().pause_next(Pause::Takeover);
+    let renewal = {
+        let a = a.clone();
+        let lease_a = lease_a.clone();
+        tokio::spawn(async move { a.renew(&lease_a, now_ms() + 3000).await })
+    };
+    tokio::time::timeout(Duration::from_secs(10), reached)
+        .await
+        .expect("A never came to take over its earlier session's lock")
+        .unwrap();
+    a.backend().end_abandoned_sessions().await.unwrap();
+    let b = fix.registry();
+    let lease_b = b.acquire(&request(me(), 1023)).await.unwrap();
+    assert_eq!(lease_b.worker_id, lease_a.worker_id);
+    let b_owner = owner(client.check_stat(&lock).await.unwrap()).expect("B's live lock");
+    assert_ne!(b_owner, first);
+    go.send(()).unwrap();
+
+    let answer = renewal.await.unwrap().expect("A's renewal");
+    let now = owner(client.check_stat(&lock).await.unwrap());
+    assert_eq!(
+        now,
+        Some(b_owner),
+        "A's takeover deleted B's live lock (A's renewal answered {answer:?})"
+    );
+    assert_eq!(answer, Renewal::LeaseLost, "A goes on with B's identity");
+    assert!(b.renew(&lease_b, now_ms() + 3000).await.unwrap().is_ok());
+}
+
+/// At release, the live lock is an earlier session's of this process (the session changed
+/// after the final mark was written, and the server kept the old one), and that session ends
+/// just after the release found the lock there, before it deleted it; another process of the
+/// identity takes the lock in between. The release must leave that process's lock alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_normal_release_never_deletes_a_lock_another_process_took_from_its_earlier_session() {
+    let fix = ZkFix::with_config(ZkMode::Normal, |c| c.session_timeout_ms = 10_000).await;
+    let a = fix.registry();
+    let lease_a = a.acquire(&request(me(), 1023)).await.unwrap();
+    let client = raw_client().await;
+    let lock = format!("{}/forever-lock/{}", fix.base(), me());
+    let owner = |stat: Option<zookeeper_client::Stat>| stat.map(|s| s.ephemeral_owner);
+    let first = owner(client.check_stat(&lock).await.unwrap()).expect("A's live lock");
+
+    let (drop_reached, drop_go) = a.backend().pause_next(Pause::Drop);
+    let (takeover_reached, takeover_go) = a.backend().pause_next(Pause::Takeover);
+    let release = {
+        let a = a.clone();
+        let lease_a = lease_a.clone();
+        tokio::spawn(async move { a.release(&lease_a, now_ms()).await })
+    };
+    let within = |r| tokio::time::timeout(Duration::from_secs(10), r);
+    within(drop_reached)
+        .await
+        .expect("A's release never came to delete its lock")
+        .unwrap();
+    a.backend().abandon_session().await;
+    drop_go.send(()).unwrap();
+    within(takeover_reached)
+        .await
+        .expect("A's release never found its earlier session's lock")
+        .unwrap();
+    a.backend().end_abandoned_sessions().await.unwrap();
+    let b = fix.registry();
+    let lease_b = b.acquire(&request(me(), 1023)).await.unwrap();
+    assert_eq!(lease_b.worker_id, lease_a.worker_id);
+    let b_owner = owner(client.check_stat(&lock).await.unwrap()).expect("B's live lock");
+    assert_ne!(b_owner, first);
+    takeover_go.send(()).unwrap();
+
+    release.await.unwrap().expect("A's release");
+    assert_eq!(
+        owner(client.check_stat(&lock).await.unwrap()),
+        Some(b_owner),
+        "A's release deleted B's live lock"
+    );
+    assert!(b.renew(&lease_b, now_ms() + 3000).await.unwrap().is_ok());
 }
 
 /// Another process of the identity held it while this one's session was gone, issued, and
