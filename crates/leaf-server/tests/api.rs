@@ -1721,3 +1721,79 @@ async fn allocate_lowers_a_step_above_max_step_to_it_and_reports_the_step_used()
     let row = f.store.get(&big).await.unwrap().unwrap();
     assert_eq!(row.max_id, end, "refused requests reserved nothing");
 }
+
+/// The first ID of a 200 answer of an ID route: the plain-text ID, or `ids[0]` of the JSON.
+fn first_id(r: &Reply) -> i64 {
+    if r.headers[header::CONTENT_TYPE] == "application/json" {
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        r.json()["ids"][0].as_i64().expect("an id")
+    } else {
+        plain_id(r)
+    }
+}
+
+#[tokio::test]
+async fn head_takes_no_id_on_any_id_route() {
+    // Issue 24 item 8: axum answers HEAD with the GET handler and drops the body, so a HEAD
+    // took IDs nobody saw. The snowflake clock stands still, so its IDs go up by one.
+    let (f, _clock) = serving_on_manual_clock(1_700_000_000_000).await;
+    let mut took = Vec::new();
+    for uri in [
+        "/api/segment/get/t",
+        "/api/snowflake/get/x",
+        "/api/snowflake/get/",
+        "/api/snowflake/get",
+        "/v1/segment/t",
+        "/v1/segment/t?count=3",
+        "/v1/snowflake",
+        "/v1/snowflake?count=3",
+    ] {
+        let before = get(&f.app, uri).await;
+        let count = if before.headers[header::CONTENT_TYPE] == "application/json" {
+            before.json()["ids"].as_array().unwrap().len() as i64
+        } else {
+            1
+        };
+        let last = first_id(&before) + count - 1;
+        let head = send(&f.app, Method::HEAD, uri, LOCAL, &[], None).await;
+        let next = first_id(&get(&f.app, uri).await);
+        let allow = head.headers.get(header::ALLOW).map(|a| a.to_str().unwrap());
+        let listed = allow.is_some_and(|a| a.contains("GET") && !a.contains("HEAD"));
+        if head.status == StatusCode::METHOD_NOT_ALLOWED && !listed {
+            took.push(format!("HEAD {uri}: Allow {allow:?}"));
+        }
+        if head.status != StatusCode::METHOD_NOT_ALLOWED || next != last + 1 {
+            took.push(format!(
+                "HEAD {uri}: {}, then GET from {next} where the last GET stopped at {last}",
+                head.status
+            ));
+        }
+    }
+    // The routes that take no ID answer HEAD the same way.
+    for uri in [
+        "/api/segment/get/",
+        "/api/segment/get",
+        "/v1/segment/",
+        "/v1/segment",
+    ] {
+        let head = send(&f.app, Method::HEAD, uri, LOCAL, &[], None).await;
+        if head.status != StatusCode::METHOD_NOT_ALLOWED {
+            took.push(format!("HEAD {uri}: {}", head.status));
+        }
+    }
+    // The allocate route: a HEAD reserves nothing, and the next range follows the last one.
+    let uri = "/v1/segment/t/allocate";
+    let (_, end) = range_of(&allocate(&f.app, uri, &[], None).await, "t", 10, 10);
+    let before = f.store.allocations();
+    let head = send(&f.app, Method::HEAD, uri, LOCAL, &[], None).await;
+    let allocations = f.store.allocations() - before;
+    let (start, _) = range_of(&allocate(&f.app, uri, &[], None).await, "t", 10, 10);
+    if head.status != StatusCode::METHOD_NOT_ALLOWED || allocations != 0 || start != end {
+        took.push(format!(
+            "HEAD {uri}: {}, {allocations} store allocations, then a range from {start} \
+             where the last ended at {end}",
+            head.status
+        ));
+    }
+    assert!(took.is_empty(), "{}", took.join("\n"));
+}

@@ -21,7 +21,7 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{MethodRouter, get};
 use leaf_core::Tag;
 use serde::de::DeserializeOwned;
 
@@ -35,37 +35,55 @@ pub fn app(state: AppState) -> Router {
         // Leaf's routes. The empty-key variants exist so that an empty key is a 400, not a 404.
         .route(
             "/api/segment/get/{*key}",
-            get(leaf::leaf_segment).post(leaf::leaf_segment),
+            ids(
+                get(leaf::leaf_segment).post(leaf::leaf_segment),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/segment/get/",
-            get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+            ids(
+                get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/segment/get",
-            get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+            ids(
+                get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/snowflake/get/{*key}",
-            get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+            ids(
+                get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/snowflake/get/",
-            get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+            ids(
+                get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/snowflake/get",
-            get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+            ids(
+                get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+                "GET, POST",
+            ),
         )
         .route("/decodeSnowflakeId", get(leaf::leaf_decode))
         // Version 1.
         .route(
             "/v1/segment/{*tag}",
-            get(v1::v1_segment).post(client::allocate),
+            ids(get(v1::v1_segment).post(client::allocate), "GET, POST"),
         )
-        .route("/v1/segment/", get(v1::v1_segment_empty))
-        .route("/v1/segment", get(v1::v1_segment_empty))
-        .route("/v1/snowflake", get(v1::v1_snowflake))
+        .route("/v1/segment/", ids(get(v1::v1_segment_empty), "GET"))
+        .route("/v1/segment", ids(get(v1::v1_segment_empty), "GET"))
+        .route("/v1/snowflake", ids(get(v1::v1_snowflake), "GET"))
         .route("/v1/snowflake/{id}/decode", get(v1::v1_decode))
         .route("/v1/time", get(crate::peer_clock::time_route))
         .route("/v1/tags", get(tags::list_tags).post(tags::create_tag))
@@ -98,6 +116,22 @@ async fn track(State(state): State<AppState>, req: Request, next: Next) -> Respo
         .metrics()
         .observe_request(route, resp.status().as_u16(), start.elapsed());
     resp
+}
+
+/// An ID route's `methods` with `HEAD` refused (405, `Allow: allow`). axum answers `HEAD` with
+/// the `GET` handler and drops the body, so a `HEAD` (a link checker, an uptime monitor, a
+/// proxy's revalidation) would take IDs that nobody sees; answering 200 without the work would
+/// claim a success that a `GET` may not have.
+fn ids(methods: MethodRouter<AppState>, allow: &'static str) -> MethodRouter<AppState> {
+    methods.head(move || async move {
+        (
+            [(header::ALLOW, allow)],
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "HEAD is refused on the ID routes (it would take an ID and send none); use GET",
+            ),
+        )
+    })
 }
 
 async fn no_route() -> ApiError {
