@@ -1797,3 +1797,98 @@ async fn head_takes_no_id_on_any_id_route() {
     }
     assert!(took.is_empty(), "{}", took.join("\n"));
 }
+
+/// What `r` lacks of `X-Content-Type-Options: nosniff` and `Cache-Control: no-store`.
+fn lacks_safety_headers(r: &Reply) -> Option<String> {
+    let nosniff = r.headers.get("x-content-type-options");
+    let cache = r.headers.get(header::CACHE_CONTROL);
+    (nosniff.is_none_or(|v| v != "nosniff") || cache.is_none_or(|v| v != "no-store")).then(|| {
+        format!(
+            "{}: X-Content-Type-Options {nosniff:?}, Cache-Control {cache:?}",
+            r.status
+        )
+    })
+}
+
+/// The answers of `app` to `requests` (method, uri, peer) that lack a safety header.
+async fn without_safety_headers(
+    app: &Router,
+    requests: &[(Method, &str, Option<&str>)],
+) -> Vec<String> {
+    let mut missing = Vec::new();
+    for (method, uri, peer) in requests {
+        let r = send(app, method.clone(), uri, *peer, &[], None).await;
+        if let Some(m) = lacks_safety_headers(&r) {
+            missing.push(format!("{method} {uri}: {m}"));
+        }
+    }
+    missing
+}
+
+#[tokio::test]
+async fn every_answer_says_nosniff_and_no_store() {
+    // Issue 24 item 10: a caching proxy that serves one ID twice breaks uniqueness, and a
+    // browser that sniffs a type may run an error body that echoes a tag.
+    let f = fixture().await;
+    let mut missing = without_safety_headers(
+        &f.app,
+        &[
+            // IDs, plain and JSON, and ranges.
+            (Method::GET, "/api/segment/get/t", LOCAL),
+            (Method::POST, "/api/segment/get/t", LOCAL),
+            (Method::GET, "/api/snowflake/get/x", LOCAL),
+            (Method::GET, "/v1/segment/t?count=2", LOCAL),
+            (Method::GET, "/v1/snowflake", LOCAL),
+            (Method::POST, "/v1/segment/t/allocate", LOCAL),
+            // Pages.
+            (Method::GET, "/", LOCAL),
+            (Method::GET, "/cache", LOCAL),
+            (Method::GET, "/db", LOCAL),
+            (Method::GET, "/snowflake", LOCAL),
+            // JSON errors: 400, 403, 404 (route and tag), 405.
+            (Method::GET, "/api/segment/get/%zz", LOCAL),
+            (Method::GET, "/v1/tags", REMOTE),
+            (Method::GET, "/cache", REMOTE),
+            (Method::GET, "/nowhere", LOCAL),
+            (Method::GET, "/v1/segment/nope", LOCAL),
+            (Method::DELETE, "/v1/tags/t", LOCAL),
+            // The rest.
+            (Method::GET, "/v1/tags/t", LOCAL),
+            (Method::GET, "/v1/tags", LOCAL),
+            (Method::GET, "/v1/snowflake/1/decode", LOCAL),
+            (Method::GET, "/decodeSnowflakeId?snowflakeId=1", LOCAL),
+            (Method::GET, "/healthz", LOCAL),
+            (Method::GET, "/readyz", LOCAL),
+            (Method::GET, "/metrics", LOCAL),
+            (Method::GET, "/v1/time", LOCAL),
+        ],
+    )
+    .await;
+    // 401 and 503.
+    let mut s = Setup::default();
+    s.config.server.client_token = "t0ken".into();
+    let f = s.build().await;
+    f.store.fail(true);
+    missing.extend(
+        without_safety_headers(
+            &f.app,
+            &[
+                (Method::GET, "/api/segment/get/t", LOCAL),
+                (Method::GET, "/api/segment/get/nope", LOCAL),
+            ],
+        )
+        .await,
+    );
+    let down = send(
+        &f.app,
+        Method::POST,
+        "/v1/segment/t/allocate",
+        LOCAL,
+        &[("authorization", "Bearer t0ken")],
+        None,
+    )
+    .await;
+    down.error(503, -3);
+    missing.extend(lacks_safety_headers(&down).map(|m| format!("POST allocate: {m}")));
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}

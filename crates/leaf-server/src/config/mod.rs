@@ -228,6 +228,8 @@ impl Config {
 
 impl ServerConfig {
     fn validate(&self) -> Result<()> {
+        check_token("server.admin_token", &self.admin_token)?;
+        check_token("server.client_token", &self.client_token)?;
         check_bounds(&[
             ("server.max_batch", self.max_batch as u64, 1, 1_000_000),
             (
@@ -254,6 +256,39 @@ impl ServerConfig {
             ),
         ])
     }
+}
+
+/// A token travels as `Authorization: Bearer <token>`. A character that a header value cannot
+/// carry (a control character, a line break; anything beyond ASCII, which RFC 9110 leaves
+/// obsolete and clients encode differently), or a space or tab at either end (header parsers
+/// strip it), makes a token that no request can present: refused, naming the key and where
+/// the character is, never the token.
+fn check_token(key: &str, token: &str) -> Result<()> {
+    let sendable = |c: char| c.is_ascii_graphic() || c == ' ' || c == '\t';
+    if let Some((i, c)) = token.chars().enumerate().find(|&(_, c)| !sendable(c)) {
+        let kind = if c.is_ascii() {
+            "a control character"
+        } else {
+            "a character beyond ASCII"
+        };
+        return bad(
+            key,
+            format!(
+                "character {} of the token is {kind}, which an HTTP header cannot carry (the \
+                 token is sent as Authorization: Bearer <token>); use visible ASCII",
+                i + 1
+            ),
+        );
+    }
+    if token.starts_with([' ', '\t']) || token.ends_with([' ', '\t']) {
+        return bad(
+            key,
+            "the token starts or ends with a space or tab, which HTTP header parsers strip, so \
+             no request could present it"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 fn bad(key: &str, why: String) -> Result<()> {
@@ -598,6 +633,48 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("snowflake.postgres.url"), "{e}");
+    }
+
+    #[test]
+    fn tokens_an_http_header_cannot_carry_are_refused_naming_the_key() {
+        // Issue 24 item 10: such a token loaded, and no request could ever present it.
+        for key in ["server.admin_token", "server.client_token"] {
+            let var = env_name(key);
+            for bad in [
+                "s3cret\n",
+                "s3\r\ncret",
+                "s3cret\0",
+                "s3cret\x7f",
+                "s3cr\u{e9}t",
+                "s3cret\u{3000}",
+                " s3cret",
+                "s3cret ",
+                "\ts3cret",
+            ] {
+                let e = match load(None, env(&[(&var, bad)])) {
+                    Ok(_) => panic!("{key} = {bad:?} is accepted"),
+                    Err(e) => e.to_string(),
+                };
+                assert!(e.contains(key), "{key} = {bad:?}: {e}");
+                assert!(!e.contains("s3c"), "the message shows the token: {e}");
+            }
+            for good in [
+                "s3cret",
+                "Zm9v+/=",
+                "a b",
+                "a\tb",
+                "~!#$%&'*-.^_`|:;<>?@[]{}()\"\\",
+            ] {
+                let c = load(None, env(&[(&var, good)]))
+                    .unwrap_or_else(|e| panic!("{key} = {good:?}: {e}"))
+                    .config;
+                let loaded = match key {
+                    "server.admin_token" => c.server.admin_token,
+                    _ => c.server.client_token,
+                };
+                assert_eq!(loaded, good);
+            }
+        }
     }
 
     #[test]
