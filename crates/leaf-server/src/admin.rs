@@ -18,6 +18,9 @@
 //! (compared in constant time), else 401; with none, everyone is served, as in Leaf. Its writes
 //! (`POST /v1/segment/{tag}/allocate`) refuse pages of other origins too, so that a page cannot
 //! make a visitor's browser burn segments of a server only that browser can reach.
+//!
+//! The metrics rule of `/metrics`, which names every tag: `server.metrics_token` when set, else
+//! `server.client_token` when set (Bearer, constant time, 401 otherwise), else open.
 
 use std::net::SocketAddr;
 
@@ -86,13 +89,37 @@ impl FromRequestParts<AppState> for ClientAccess {
 
 /// The client rule: `token` as configured (empty: none), the `Authorization` header if any.
 pub(crate) fn check_client(token: &str, authorization: Option<&[u8]>) -> Result<(), ApiError> {
+    check_bearer(token, "server.client_token", authorization)
+}
+
+/// Proof that a request passed the metrics rule: `/metrics` names every tag, so it takes
+/// `server.metrics_token` when that is set, else `server.client_token` when that is set, else
+/// it is open. The admin token does not open it: a scraper needs no admin rights.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MetricsAccess;
+
+impl FromRequestParts<AppState> for MetricsAccess {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let (token, key) = match state.metrics_token() {
+            "" => (state.client_token(), "server.client_token"),
+            metrics => (metrics, "server.metrics_token"),
+        };
+        check_bearer(token, key, authorization(parts)).map(|()| MetricsAccess)
+    }
+}
+
+/// A bearer rule: `token` as configured under `key` (empty: none, everyone passes), the
+/// `Authorization` header if any; 401 naming `key` otherwise.
+fn check_bearer(token: &str, key: &str, authorization: Option<&[u8]>) -> Result<(), ApiError> {
     if token.is_empty() {
         return Ok(());
     }
     let refusal = match authorization.and_then(bearer_token) {
         Some(p) if constant_time_eq(&p, token.as_bytes()) => return Ok(()),
-        Some(_) => "the client token is wrong",
-        None => "this route needs Authorization: Bearer <server.client_token>",
+        Some(_) => format!("the bearer token is not {key}"),
+        None => format!("this route needs Authorization: Bearer <{key}>"),
     };
     Err(ApiError::new(StatusCode::UNAUTHORIZED, refusal))
 }

@@ -1892,3 +1892,110 @@ async fn every_answer_says_nosniff_and_no_store() {
     missing.extend(lacks_safety_headers(&down).map(|m| format!("POST allocate: {m}")));
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
+
+#[tokio::test]
+async fn metrics_need_the_metrics_token_else_the_client_token() {
+    // Issue 24 item 9: /metrics names every tag (in effect the admin list) and stayed open
+    // with server.client_token set. Each case: client_token, metrics_token, the Authorization
+    // values that open /metrics (None: no header), and those refused with a 401.
+    let bearer = |t: &str| Some(format!("Bearer {t}"));
+    let cases = [
+        ("", "", vec![None, bearer("anything")], vec![]),
+        (
+            "t0ken",
+            "",
+            vec![bearer("t0ken"), Some("bearer   t0ken".into())],
+            vec![
+                None,
+                bearer("t0ke"),
+                bearer("s3cret"),
+                Some(basic(":t0ken")),
+            ],
+        ),
+        (
+            "",
+            "m3trics",
+            vec![bearer("m3trics")],
+            vec![
+                None,
+                bearer("t0ken"),
+                bearer("s3cret"),
+                Some(basic(":m3trics")),
+            ],
+        ),
+        (
+            "t0ken",
+            "m3trics",
+            vec![bearer("m3trics")],
+            vec![None, bearer("t0ken"), bearer("s3cret"), bearer("m3tric")],
+        ),
+    ];
+    for (client, metrics, opening, refused) in cases {
+        let mut s = Setup::default();
+        s.config.server.admin_token = "s3cret".into();
+        s.config.server.client_token = client.into();
+        s.config.server.metrics_token = metrics.into();
+        let f = s.build().await;
+        let id_auth = (!client.is_empty()).then(|| format!("Bearer {client}"));
+        let id_headers: Vec<(&str, &str)> = id_auth
+            .iter()
+            .map(|a| ("authorization", a.as_str()))
+            .collect();
+        plain_id(
+            &send(
+                &f.app,
+                Method::GET,
+                "/api/segment/get/t",
+                LOCAL,
+                &id_headers,
+                None,
+            )
+            .await,
+        );
+        let case = format!("client_token {client:?}, metrics_token {metrics:?}");
+        for peer in [LOCAL, REMOTE] {
+            for auth in &opening {
+                let headers: Vec<(&str, &str)> =
+                    auth.iter().map(|a| ("authorization", a.as_str())).collect();
+                let r = send(&f.app, Method::GET, "/metrics", peer, &headers, None).await;
+                assert_eq!(r.status, 200, "{case}, {auth:?}: {}", r.text());
+                assert!(
+                    r.text().contains("leaf_segment_loaded{tag=\"t\"} 1"),
+                    "{case}"
+                );
+            }
+            for auth in &refused {
+                let headers: Vec<(&str, &str)> =
+                    auth.iter().map(|a| ("authorization", a.as_str())).collect();
+                let r = send(&f.app, Method::GET, "/metrics", peer, &headers, None).await;
+                let m = r.error(401, 401);
+                assert_eq!(r.headers[header::WWW_AUTHENTICATE], "Bearer", "{case}");
+                let key = if metrics.is_empty() {
+                    "server.client_token"
+                } else {
+                    "server.metrics_token"
+                };
+                assert!(
+                    auth.is_some() || m.contains(key),
+                    "{case}: the message names {key}: {m}"
+                );
+                assert!(!r.text().contains("leaf_segment"), "{case}, {auth:?}");
+            }
+        }
+        // The metrics token opens nothing else; GET /v1/tags/{tag} stays a client route.
+        if !metrics.is_empty() {
+            let m3 = [("authorization", "Bearer m3trics")];
+            for uri in ["/api/segment/get/t", "/v1/tags/t", "/v1/snowflake"] {
+                let r = send(&f.app, Method::GET, uri, REMOTE, &m3, None).await;
+                if client.is_empty() {
+                    assert_eq!(r.status, 200, "{case}: {uri}: {}", r.text());
+                } else {
+                    r.error(401, 401);
+                }
+            }
+            send(&f.app, Method::GET, "/v1/tags", REMOTE, &m3, None)
+                .await
+                .error(401, 401);
+        }
+    }
+}

@@ -122,6 +122,9 @@ pub struct ServerConfig {
     /// are open to every client, as in Leaf. Leaf's own clients send no token: set it only
     /// when every client does.
     pub client_token: String,
+    /// The bearer token of `/metrics`, which names every tag. Default empty: `/metrics` takes
+    /// `client_token` when that is set, and is open to every client when neither is.
+    pub metrics_token: String,
     /// The largest `count` of one batch request. Default 10000.
     pub max_batch: usize,
     /// The largest request body, in bytes. Default 65536.
@@ -147,6 +150,7 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             admin_token: String::new(),
             client_token: String::new(),
+            metrics_token: String::new(),
             max_batch: 10_000,
             max_body_bytes: 64 * 1024,
             max_header_bytes: 16 * 1024,
@@ -163,6 +167,7 @@ impl fmt::Debug for ServerConfig {
             .field("listen", &self.listen)
             .field("admin_token", &redacted(&self.admin_token))
             .field("client_token", &redacted(&self.client_token))
+            .field("metrics_token", &redacted(&self.metrics_token))
             .field("max_batch", &self.max_batch)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_header_bytes", &self.max_header_bytes)
@@ -230,6 +235,7 @@ impl ServerConfig {
     fn validate(&self) -> Result<()> {
         check_token("server.admin_token", &self.admin_token)?;
         check_token("server.client_token", &self.client_token)?;
+        check_token("server.metrics_token", &self.metrics_token)?;
         check_bounds(&[
             ("server.max_batch", self.max_batch as u64, 1, 1_000_000),
             (
@@ -638,7 +644,11 @@ mod tests {
     #[test]
     fn tokens_an_http_header_cannot_carry_are_refused_naming_the_key() {
         // Issue 24 item 10: such a token loaded, and no request could ever present it.
-        for key in ["server.admin_token", "server.client_token"] {
+        for key in [
+            "server.admin_token",
+            "server.client_token",
+            "server.metrics_token",
+        ] {
             let var = env_name(key);
             for bad in [
                 "s3cret\n",
@@ -670,7 +680,8 @@ mod tests {
                     .config;
                 let loaded = match key {
                     "server.admin_token" => c.server.admin_token,
-                    _ => c.server.client_token,
+                    "server.client_token" => c.server.client_token,
+                    _ => c.server.metrics_token,
                 };
                 assert_eq!(loaded, good);
             }
@@ -682,6 +693,7 @@ mod tests {
         let mut c = Config::default();
         c.server.admin_token = "s3cret".into();
         c.server.client_token = "t0ken".into();
+        c.server.metrics_token = "m3trics".into();
         c.segment
             .stores
             .insert("url", "mysql://leaf:hunter2@db:3306/leaf");
@@ -690,7 +702,10 @@ mod tests {
             .set("mysql", "url", "mysql://leaf:hunter2@db:3306/leaf");
         let d = format!("{c:?}");
         assert!(
-            !d.contains("s3cret") && !d.contains("t0ken") && !d.contains("hunter2"),
+            !d.contains("s3cret")
+                && !d.contains("t0ken")
+                && !d.contains("m3trics")
+                && !d.contains("hunter2"),
             "{d}"
         );
         assert!(d.contains("mysql://leaf:<redacted>@db:3306/leaf"), "{d}");
