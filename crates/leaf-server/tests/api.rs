@@ -877,13 +877,18 @@ async fn a_page_of_another_origin_cannot_make_a_browser_allocate_segments() {
         r.error(403, 403);
         assert!(r.text().contains("other origins"), "{}", r.text());
     }
-    assert_eq!(f.store.allocations(), before, "nothing was reserved");
-    // Leasing clients send no Origin; the server's own pages are same-origin.
+    // Same-origin is not enough (a rebound page is same-origin): with no name in
+    // server.allowed_hosts, no page of any origin allocates.
     let same = [
         ("host", "127.0.0.1:8080"),
         ("origin", "http://127.0.0.1:8080"),
     ];
-    let r = allocate(&f.app, "/v1/segment/t/allocate", &same, None).await;
+    allocate(&f.app, "/v1/segment/t/allocate", &same, None)
+        .await
+        .error(403, 403);
+    assert_eq!(f.store.allocations(), before, "nothing was reserved");
+    // Leasing clients send no Origin.
+    let r = allocate(&f.app, "/v1/segment/t/allocate", &[], None).await;
     range_of(&r, "t", 10, 10);
 }
 
@@ -1893,6 +1898,56 @@ async fn every_answer_says_nosniff_and_no_store() {
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
 
+/// The rebinding page's request of issue 24 item 7: same-origin, to a name of the attacker's
+/// that now resolves to the node, as a browser sends it (with `Sec-Fetch-*` where the browser
+/// sends them, on a secure context, and without).
+fn rebound_requests() -> [Vec<(&'static str, &'static str)>; 3] {
+    let host = ("host", "rebind.attacker.example:8080");
+    let origin = ("origin", "http://rebind.attacker.example:8080");
+    [
+        vec![host, origin],
+        vec![host, origin, ("content-type", "text/plain;charset=UTF-8")],
+        vec![
+            host,
+            origin,
+            ("sec-fetch-site", "same-origin"),
+            ("sec-fetch-mode", "cors"),
+            ("sec-fetch-dest", "empty"),
+        ],
+    ]
+}
+
+#[tokio::test]
+async fn a_rebound_page_cannot_allocate_even_without_allowed_hosts() {
+    let f = fixture().await;
+    let t = leaf_core::Tag::new("t").unwrap();
+    let max_id = f.store.get(&t).await.unwrap().unwrap().max_id;
+    let allocations = f.store.allocations();
+    for headers in rebound_requests() {
+        for peer in [LOCAL, REMOTE] {
+            let r = send(
+                &f.app,
+                Method::POST,
+                "/v1/segment/t/allocate?step=1000000",
+                peer,
+                &headers,
+                Some(""),
+            )
+            .await;
+            r.error(403, 403);
+        }
+    }
+    assert_eq!(f.store.get(&t).await.unwrap().unwrap().max_id, max_id);
+    assert_eq!(
+        f.store.allocations(),
+        allocations,
+        "nothing reached the store"
+    );
+    // A request that names no origin is a leasing client's, and is served.
+    let r = allocate(&f.app, "/v1/segment/t/allocate", &[], None).await;
+    assert_eq!(range_of(&r, "t", 10, 10).0, max_id);
+}
+
 #[tokio::test]
 async fn metrics_need_the_metrics_token_else_the_client_token() {
     // Issue 24 item 9: /metrics names every tag (in effect the admin list) and stayed open
@@ -1997,5 +2052,159 @@ async fn metrics_need_the_metrics_token_else_the_client_token() {
                 .await
                 .error(401, 401);
         }
+    }
+}
+
+#[tokio::test]
+async fn with_allowed_hosts_a_rebound_name_is_refused_on_every_route() {
+    let mut s = Setup::default();
+    s.config.server.allowed_hosts = vec!["leaf.internal".into(), "LEAF2.internal:8080".into()];
+    let f = s.build().await;
+    let t = leaf_core::Tag::new("t").unwrap();
+    let max_id = f.store.get(&t).await.unwrap().unwrap().max_id;
+    let allocations = f.store.allocations();
+    // The exact request of the issue, from the operator's machine and from afar.
+    for headers in rebound_requests() {
+        for peer in [LOCAL, REMOTE] {
+            let r = send(
+                &f.app,
+                Method::POST,
+                "/v1/segment/t/allocate?step=1000000",
+                peer,
+                &headers,
+                Some(""),
+            )
+            .await;
+            r.error(403, 403);
+        }
+    }
+    // Every route, read or write, by the rebound name.
+    let rebound = [("host", "rebind.attacker.example:8080")];
+    let mut served = Vec::new();
+    for (method, uri) in [
+        (Method::GET, "/api/segment/get/t"),
+        (Method::POST, "/api/segment/get/t"),
+        (Method::GET, "/api/snowflake/get/x"),
+        (Method::GET, "/v1/segment/t?count=5"),
+        (Method::GET, "/v1/snowflake"),
+        (Method::GET, "/v1/tags/t"),
+        (Method::GET, "/metrics"),
+        (Method::GET, "/v1/tags"),
+        (Method::POST, "/v1/tags"),
+        (Method::GET, "/"),
+        (Method::GET, "/cache"),
+        (Method::GET, "/db"),
+        (Method::GET, "/snowflake"),
+        (Method::GET, "/healthz"),
+        (Method::GET, "/readyz"),
+        (Method::GET, "/v1/time"),
+        (Method::GET, "/decodeSnowflakeId?snowflakeId=1"),
+        (Method::GET, "/v1/snowflake/1/decode"),
+        (Method::GET, "/nowhere"),
+    ] {
+        let r = send(&f.app, method.clone(), uri, LOCAL, &rebound, None).await;
+        if r.status != StatusCode::FORBIDDEN || !r.text().contains("server.allowed_hosts") {
+            let body: String = r.text().chars().take(60).collect();
+            served.push(format!("{method} {uri}: {} {body}", r.status));
+        } else {
+            r.error(403, 403);
+        }
+    }
+    assert!(served.is_empty(), "{}", served.join("\n"));
+    assert_eq!(f.store.get(&t).await.unwrap().unwrap().max_id, max_id);
+    assert_eq!(
+        f.store.allocations(),
+        allocations,
+        "nothing reached the store"
+    );
+    // Listed names in any letter case (a name alone: any port), IP addresses and localhost
+    // pass; other names, other ports of a name listed with one, and no name do not.
+    for host in [
+        "leaf.internal",
+        "LEAF.Internal:8080",
+        "leaf.internal:1234",
+        "leaf.internal.",
+        "leaf2.internal:8080",
+        "127.0.0.1:8080",
+        "10.1.2.3",
+        "[::1]:8080",
+        "[2001:db8::1]",
+        "localhost:8080",
+    ] {
+        let r = send(
+            &f.app,
+            Method::GET,
+            "/v1/segment/t",
+            LOCAL,
+            &[("host", host)],
+            None,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{host}: {}", r.text());
+    }
+    for host in [
+        "leaf2.internal",
+        "leaf2.internal:8081",
+        "leaf.internal.attacker.example",
+        "attacker.leaf.internal",
+        "127.0.0.1.nip.io:8080",
+        "localhost.attacker.example",
+        "leaf.internal:x",
+        "",
+    ] {
+        send(
+            &f.app,
+            Method::GET,
+            "/v1/segment/t",
+            LOCAL,
+            &[("host", host)],
+            None,
+        )
+        .await
+        .error(403, 403);
+    }
+    get(&f.app, "/v1/segment/t").await.error(403, 403);
+}
+
+#[tokio::test]
+async fn only_a_page_of_a_listed_host_may_allocate_from_a_browser() {
+    let same = [
+        ("host", "leaf.internal:8080"),
+        ("origin", "http://leaf.internal:8080"),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    // Nothing listed: no page is the node's own.
+    let f = fixture().await;
+    allocate(&f.app, "/v1/segment/t/allocate", &same, None)
+        .await
+        .error(403, 403);
+    let mut s = Setup::default();
+    s.config.server.allowed_hosts = vec!["leaf.internal".into()];
+    let f = s.build().await;
+    let r = allocate(&f.app, "/v1/segment/t/allocate", &same, None).await;
+    range_of(&r, "t", 10, 10);
+    // An address passes the Host rule, but is not a listed origin; and the origin must still
+    // be the request's own.
+    for headers in [
+        vec![
+            ("host", "10.0.0.1:8080"),
+            ("origin", "http://10.0.0.1:8080"),
+        ],
+        vec![
+            ("host", "10.0.0.1:8080"),
+            ("origin", "http://leaf.internal:8080"),
+        ],
+        vec![
+            ("host", "leaf.internal:8080"),
+            ("sec-fetch-site", "cross-site"),
+        ],
+        vec![
+            ("host", "leaf.internal:8080"),
+            ("sec-fetch-mode", "navigate"),
+        ],
+    ] {
+        allocate(&f.app, "/v1/segment/t/allocate", &headers, None)
+            .await
+            .error(403, 403);
     }
 }

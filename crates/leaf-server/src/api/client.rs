@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::tags::TagJson;
 use super::{OptionalJsonBody, Params, RestPath, parse_tag};
-use crate::admin::{ClientAccess, peer};
+use crate::admin::{ClientAccess, LeaseAccess, peer};
 use crate::error::{ApiError, Origin};
 use crate::metrics::Family;
 use crate::state::AppState;
@@ -73,7 +73,7 @@ fn requested_step(
 /// (never from this server's buffers), `{"tag", "max_id", "step", "used_step"}`; the range is
 /// `[max_id - used_step, max_id)`.
 pub(super) async fn allocate(
-    _: ClientAccess,
+    _: LeaseAccess,
     State(state): State<AppState>,
     PeerFamily(family): PeerFamily,
     uri: Uri,

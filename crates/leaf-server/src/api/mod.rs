@@ -20,7 +20,7 @@ use axum::extract::{
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
 use leaf_core::Tag;
 use serde::de::DeserializeOwned;
@@ -101,6 +101,7 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), allowed_host))
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn(safety_headers))
@@ -121,6 +122,34 @@ async fn safety_headers(req: Request, next: Next) -> Response {
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
+}
+
+/// The `server.allowed_hosts` rule, on every route (`crate::hosts` says why): a request that
+/// calls the server by a name not listed, in `Host` or in an absolute request target, or by
+/// none, is refused (403) before any handler runs.
+async fn allowed_host(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let allowed = state.allowed_hosts();
+    if allowed.is_any() {
+        return next.run(req).await;
+    }
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or(""));
+    let authority = req.uri().authority().map(|a| a.as_str());
+    let refusal = match (host, authority) {
+        (None, None) => {
+            "the request names no host (Host), and server.allowed_hosts is set".to_owned()
+        }
+        (Some(name), _) | (None, Some(name)) if !allowed.admits(name) => {
+            format!("Host {name:?} is not a name in server.allowed_hosts")
+        }
+        (_, Some(name)) if !allowed.admits(name) => {
+            format!("the request target names {name:?}, not a name in server.allowed_hosts")
+        }
+        _ => return next.run(req).await,
+    };
+    ApiError::new(StatusCode::FORBIDDEN, refusal).into_response()
 }
 
 /// Counts every request by route pattern and status, and times it.

@@ -125,6 +125,14 @@ pub struct ServerConfig {
     /// The bearer token of `/metrics`, which names every tag. Default empty: `/metrics` takes
     /// `client_token` when that is set, and is open to every client when neither is.
     pub metrics_token: String,
+    /// The names a request may call this server by (its `Host`), each `name` (any port) or
+    /// `name:port`, compared without regard to letter case; an IP address and `localhost`
+    /// always pass (no DNS name: nothing to rebind). A list, or one string of comma-separated
+    /// entries. Default empty: any `Host`. Set it where a node is reached by name: a page whose
+    /// name an attacker points at the node (DNS rebinding) is refused on every route, and
+    /// only a page of a listed name may send `POST /v1/segment/{tag}/allocate` from a browser.
+    #[serde(deserialize_with = "list_or_commas")]
+    pub allowed_hosts: Vec<String>,
     /// The largest `count` of one batch request. Default 10000.
     pub max_batch: usize,
     /// The largest request body, in bytes. Default 65536.
@@ -151,6 +159,7 @@ impl Default for ServerConfig {
             admin_token: String::new(),
             client_token: String::new(),
             metrics_token: String::new(),
+            allowed_hosts: Vec::new(),
             max_batch: 10_000,
             max_body_bytes: 64 * 1024,
             max_header_bytes: 16 * 1024,
@@ -168,6 +177,7 @@ impl fmt::Debug for ServerConfig {
             .field("admin_token", &redacted(&self.admin_token))
             .field("client_token", &redacted(&self.client_token))
             .field("metrics_token", &redacted(&self.metrics_token))
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("max_batch", &self.max_batch)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_header_bytes", &self.max_header_bytes)
@@ -176,6 +186,28 @@ impl fmt::Debug for ServerConfig {
             .field("shutdown_timeout_s", &self.shutdown_timeout_s)
             .finish()
     }
+}
+
+/// A list as a list, or as one string of comma-separated entries (the form an environment
+/// variable gives most easily: `LEAF_SERVER__ALLOWED_HOSTS=leaf.example,leaf.example:8080`).
+fn list_or_commas<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum List {
+        List(Vec<String>),
+        Commas(String),
+    }
+    Ok(match List::deserialize(d)? {
+        List::List(list) => list,
+        List::Commas(text) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    })
 }
 
 /// `[log]`.
@@ -236,6 +268,9 @@ impl ServerConfig {
         check_token("server.admin_token", &self.admin_token)?;
         check_token("server.client_token", &self.client_token)?;
         check_token("server.metrics_token", &self.metrics_token)?;
+        if let Err(why) = crate::hosts::AllowedHosts::parse(&self.allowed_hosts) {
+            return bad("server.allowed_hosts", why);
+        }
         check_bounds(&[
             ("server.max_batch", self.max_batch as u64, 1, 1_000_000),
             (
@@ -685,6 +720,47 @@ mod tests {
                 };
                 assert_eq!(loaded, good);
             }
+        }
+    }
+
+    #[test]
+    fn allowed_hosts_are_names_or_names_with_ports() {
+        let hosts =
+            |vars: &[(&str, &str)]| load(None, env(vars)).map(|l| l.config.server.allowed_hosts);
+        let var = "LEAF_SERVER__ALLOWED_HOSTS";
+        assert_eq!(
+            hosts(&[(var, "leaf.example, LEAF2.example:8080")]).unwrap(),
+            ["leaf.example", "LEAF2.example:8080"]
+        );
+        assert_eq!(
+            hosts(&[(var, "[leaf.example, \"10.0.0.1:8080\", \"[::1]:8080\"]")]).unwrap(),
+            ["leaf.example", "10.0.0.1:8080", "[::1]:8080"]
+        );
+        let c = load_toml(
+            "[server]\nallowed_hosts = [\"leaf.example.\", \"leaf_1.internal\"]\n",
+            &[],
+        );
+        assert!(c.is_ok(), "{:?}", c.err());
+        for bad in [
+            "[\"\"]",
+            "[\"http://leaf.example\"]",
+            "[\"leaf.example/\"]",
+            "[\"leaf example\"]",
+            "[\"leaf.example:x\"]",
+            "[\"leaf.example:0\"]",
+            "[\"leaf.example:65536\"]",
+            "[\"user@leaf.example\"]",
+            "[\"leaf..example\"]",
+            "[\"*.example\"]",
+            "[\"[::1\"]",
+            "[\"[leaf]:80\"]",
+        ] {
+            let text = format!("[server]\nallowed_hosts = {bad}\n");
+            let e = match load_toml(&text, &[]) {
+                Ok(_) => panic!("allowed_hosts = {bad} is accepted"),
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains("server.allowed_hosts"), "{bad}: {e}");
         }
     }
 
