@@ -16,8 +16,14 @@
 //! The client rule of the ID routes and of the routes of clients that lease segments is
 //! simpler: with `server.client_token` set, a request needs `Authorization: Bearer <it>`
 //! (compared in constant time), else 401; with none, everyone is served, as in Leaf. Its writes
-//! (`POST /v1/segment/{tag}/allocate`) refuse pages of other origins too, so that a page cannot
-//! make a visitor's browser burn segments of a server only that browser can reach.
+//! refuse pages of other origins too. The leasing clients' write, `POST
+//! /v1/segment/{tag}/allocate`, refuses every browser ([`lease_origin`]) unless the page is on
+//! one of the node's configured names (`server.allowed_hosts`): a page whose name DNS
+//! rebinding points at the node is same-origin, and could otherwise burn up to `max_step` IDs
+//! a request on a server that only the visitor's browser can reach, and read the range.
+//!
+//! The metrics rule of `/metrics`, which names every tag: `server.metrics_token` when set, else
+//! `server.client_token` when set (Bearer, constant time, 401 otherwise), else open.
 
 use std::net::SocketAddr;
 
@@ -27,6 +33,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use base64::Engine;
 
 use crate::error::ApiError;
+use crate::hosts::{AllowedHosts, split_port};
 use crate::state::AppState;
 
 /// Proof that a request passed the admin rule (and, for a write, the origin rule); take it as
@@ -84,15 +91,90 @@ impl FromRequestParts<AppState> for ClientAccess {
     }
 }
 
+/// Proof that a request passed the rule of the leasing clients' write, `POST
+/// /v1/segment/{tag}/allocate`: [`lease_origin`], then the client rule.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseAccess;
+
+impl FromRequestParts<AppState> for LeaseAccess {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        lease_origin(&parts.headers, state.allowed_hosts())?;
+        check_client(state.client_token(), authorization(parts)).map(|()| LeaseAccess)
+    }
+}
+
+/// The origin rule of the allocate route. Leasing clients send neither `Origin` nor
+/// `Sec-Fetch-*`; a browser sends one or the other with every `POST` a page makes. A page whose
+/// name DNS rebinding points at the node passes [`same_origin`] (its `Origin` matches its
+/// `Host`), so a request from a browser is served only when it is same-origin and its `Origin`
+/// names one of the node's own configured names (`server.allowed_hosts`); with none
+/// configured, never. 403 otherwise.
+pub(crate) fn lease_origin(headers: &HeaderMap, allowed: &AllowedHosts) -> Result<(), ApiError> {
+    let origin = headers.get(header::ORIGIN);
+    let fetch = headers
+        .keys()
+        .any(|name| name.as_str().starts_with("sec-fetch-"));
+    if origin.is_none() && !fetch {
+        return Ok(());
+    }
+    same_origin(headers)?;
+    let origin = origin.map(|o| o.to_str().unwrap_or(""));
+    let listed = origin
+        .and_then(origin_authority)
+        .is_some_and(|(name, port, _)| allowed.lists(&name, Some(port)));
+    if listed {
+        return Ok(());
+    }
+    let why = match origin {
+        _ if allowed.is_any() => "server.allowed_hosts lists no name".to_owned(),
+        Some(o) => format!("Origin {o:?} is not a name in server.allowed_hosts"),
+        None => "it names no Origin".to_owned(),
+    };
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        format!(
+            "POST /v1/segment/{{tag}}/allocate is for leasing clients, which send neither Origin \
+             nor Sec-Fetch-* headers; a browser's request is served only from a page of one of \
+             the node's names in server.allowed_hosts, and {why}"
+        ),
+    ))
+}
+
 /// The client rule: `token` as configured (empty: none), the `Authorization` header if any.
 pub(crate) fn check_client(token: &str, authorization: Option<&[u8]>) -> Result<(), ApiError> {
+    check_bearer(token, "server.client_token", authorization)
+}
+
+/// Proof that a request passed the metrics rule: `/metrics` names every tag, so it takes
+/// `server.metrics_token` when that is set, else `server.client_token` when that is set, else
+/// it is open. The admin token does not open it: a scraper needs no admin rights.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MetricsAccess;
+
+impl FromRequestParts<AppState> for MetricsAccess {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let (token, key) = match state.metrics_token() {
+            "" => (state.client_token(), "server.client_token"),
+            metrics => (metrics, "server.metrics_token"),
+        };
+        check_bearer(token, key, authorization(parts)).map(|()| MetricsAccess)
+    }
+}
+
+/// A bearer rule: `token` as configured under `key` (empty: none, everyone passes), the
+/// `Authorization` header if any; 401 naming `key` otherwise.
+fn check_bearer(token: &str, key: &str, authorization: Option<&[u8]>) -> Result<(), ApiError> {
     if token.is_empty() {
         return Ok(());
     }
     let refusal = match authorization.and_then(bearer_token) {
         Some(p) if constant_time_eq(&p, token.as_bytes()) => return Ok(()),
-        Some(_) => "the client token is wrong",
-        None => "this route needs Authorization: Bearer <server.client_token>",
+        Some(_) => format!("the bearer token is not {key}"),
+        None => format!("this route needs Authorization: Bearer <{key}>"),
     };
     Err(ApiError::new(StatusCode::UNAUTHORIZED, refusal))
 }
@@ -248,17 +330,6 @@ fn origin_authority(origin: &str) -> Option<Authority> {
     }
     let (name, port) = split_port(rest)?;
     Some((name.to_ascii_lowercase(), port.unwrap_or(default), default))
-}
-
-/// `host[:port]` split into the name (an IPv6 address keeps its brackets) and the port, if
-/// any; `None` when the port is not a number.
-fn split_port(authority: &str) -> Option<(&str, Option<u16>)> {
-    let colon = match authority.rfind(':') {
-        Some(i) if !authority[i..].contains(']') => i,
-        _ => return Some((authority, None)),
-    };
-    let port = authority[colon + 1..].parse().ok()?;
-    Some((&authority[..colon], Some(port)))
 }
 
 /// Whether the `Host` header names the origin's host and port. A `Host` without a port means

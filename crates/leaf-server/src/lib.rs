@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 mod deferred;
 mod error;
+mod hosts;
 mod identity;
 pub mod logging;
 pub mod metrics;

@@ -1,5 +1,5 @@
 //! `AppState`: what every handler shares — the two modes (each possibly disabled or still
-//! starting), the snowflake layout for decoding, the admin and client tokens and the metrics.
+//! starting), the snowflake layout for decoding, the admin, client and metrics tokens and the metrics.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +12,7 @@ use leaf_snowflake::{Snowflake, SnowflakeState};
 
 use crate::config::Config;
 use crate::error::{ApiError, CODE_SEGMENTS_NOT_READY, Origin, public_reason};
+use crate::hosts::AllowedHosts;
 use crate::metrics::Metrics;
 
 /// The shared state of the HTTP handlers. Cheap to clone.
@@ -25,6 +26,8 @@ struct Shared {
     node: Node,
     admin_token: String,
     client_token: String,
+    metrics_token: String,
+    allowed_hosts: AllowedHosts,
     max_batch: usize,
     max_body_bytes: usize,
     body_timeout: Duration,
@@ -58,6 +61,8 @@ impl AppState {
                 },
                 admin_token: config.server.admin_token.clone(),
                 client_token: config.server.client_token.clone(),
+                metrics_token: config.server.metrics_token.clone(),
+                allowed_hosts: AllowedHosts::from_config(&config.server.allowed_hosts),
                 max_batch: config.server.max_batch,
                 max_body_bytes: config.server.max_body_bytes,
                 body_timeout: Duration::from_secs(config.server.idle_timeout_s),
@@ -82,6 +87,16 @@ impl AppState {
     /// The configured client token (the ID and allocate routes); empty when none.
     pub fn client_token(&self) -> &str {
         &self.inner.client_token
+    }
+
+    /// The configured metrics token (`/metrics`); empty when none.
+    pub fn metrics_token(&self) -> &str {
+        &self.inner.metrics_token
+    }
+
+    /// The names requests may call this node by (`server.allowed_hosts`).
+    pub(crate) fn allowed_hosts(&self) -> &AllowedHosts {
+        &self.inner.allowed_hosts
     }
 
     /// The largest batch.

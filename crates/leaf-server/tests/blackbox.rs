@@ -595,3 +595,85 @@ fn a_statefulset_ordinal_gives_the_worker_id_and_a_host_without_one_is_refused()
         "{err}"
     );
 }
+
+/// `request` (a whole HTTP/1.1 request head, `Connection: close`) on a fresh connection: the
+/// status, the head and the body.
+fn raw(port: u16, request: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+#[test]
+fn over_a_socket_rebound_names_heads_and_caches_are_kept_out() {
+    // Issue 24 items 7, 8 and 10 on the real binary: the list from the environment (one string
+    // of comma-separated entries), the Host as hyper reads it, HEAD as hyper answers it.
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        0,
+        &[(
+            "LEAF_SERVER__ALLOWED_HOSTS",
+            "leaf.internal, leaf2.internal:8080",
+        )],
+    );
+    let port = server.port;
+    let max_id = || server.get(&format!("/v1/tags/{TAG}")).json()["max_id"].as_i64();
+    let before = max_id();
+    // The rebinding page's same-origin POST, then a read of an ID by the rebound name.
+    let (status, head, body) = raw(
+        port,
+        &format!(
+            "POST /v1/segment/{TAG}/allocate?step=1000000 HTTP/1.1\r\nHost: \
+             rebind.attacker.example:{port}\r\nOrigin: http://rebind.attacker.example:{port}\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("server.allowed_hosts"), "{body}");
+    for header in ["cache-control: no-store", "x-content-type-options: nosniff"] {
+        assert!(head.contains(header), "{header}: {head}");
+    }
+    let (status, _, body) = raw(
+        port,
+        &format!(
+            "GET /api/segment/get/{TAG} HTTP/1.1\r\nHost: rebind.attacker.example:{port}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(max_id(), before, "the store's allocations are unchanged");
+    // A listed name is served; HEAD takes no ID.
+    let get = |host: &str| {
+        raw(
+            port,
+            &format!(
+                "GET /api/segment/get/{TAG} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            ),
+        )
+    };
+    let (status, head, first) = get("LEAF.internal");
+    assert_eq!(status, 200, "{first}");
+    assert!(head.contains("cache-control: no-store"), "{head}");
+    let (status, head, body) = raw(
+        port,
+        &format!(
+            "HEAD /api/segment/get/{TAG} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert_eq!(status, 405, "{head}");
+    assert!(head.contains("allow: get, post"), "{head}");
+    assert!(body.is_empty(), "{body}");
+    let (status, _, next) = get("leaf2.internal:8080");
+    assert_eq!(status, 200, "{next}");
+    let (first, next): (i64, i64) = (first.parse().unwrap(), next.parse().unwrap());
+    assert_eq!(next, first + 1, "the HEAD took no ID");
+    // The probe asks by address, which the list never stops.
+    let (ok, text) = probe(dir.path(), port, &[]);
+    assert!(ok, "{text}");
+}

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::tags::TagJson;
 use super::{OptionalJsonBody, Params, RestPath, parse_tag};
-use crate::admin::{ClientAccess, peer};
+use crate::admin::{ClientAccess, LeaseAccess, peer};
 use crate::error::{ApiError, Origin};
 use crate::metrics::Family;
 use crate::state::AppState;
@@ -41,7 +41,10 @@ pub(super) struct StepBody {
     step: Option<i64>,
 }
 
-/// The step asked for, from the query or the body (not both), checked against `max_step`.
+/// The step asked for, from the query or the body (not both): a whole number from 1, lowered
+/// to `max_step` when above it. Rows may hold steps up to `i32::MAX` while the servers' limit
+/// is lower, and a leasing client asks at least its row's step: a refusal would end its
+/// leases, so the answer's `used_step` tells it the step it got instead.
 fn requested_step(
     query: Option<String>,
     body: Option<i64>,
@@ -58,9 +61,10 @@ fn requested_step(
         (None, None) => return Ok(None),
     };
     match raw.trim().parse::<i64>() {
-        Ok(n) if (1..=max_step).contains(&n) => Ok(Some(n)),
+        Ok(n) if n >= 1 => Ok(Some(n.min(max_step))),
         _ => Err(ApiError::bad_request(format!(
-            "step must be a whole number from 1 to {max_step} (segment.max_step), got {raw:?}"
+            "step must be a whole number from 1 (one above {max_step}, segment.max_step, is \
+             lowered to it), got {raw:?}"
         ))),
     }
 }
@@ -69,7 +73,7 @@ fn requested_step(
 /// (never from this server's buffers), `{"tag", "max_id", "step", "used_step"}`; the range is
 /// `[max_id - used_step, max_id)`.
 pub(super) async fn allocate(
-    _: ClientAccess,
+    _: LeaseAccess,
     State(state): State<AppState>,
     PeerFamily(family): PeerFamily,
     uri: Uri,
@@ -151,8 +155,11 @@ mod tests {
         check(Some("5"), None, Ok(Some(5)));
         check(Some(" 1000"), None, Ok(Some(1000)));
         check(None, Some(1), Ok(Some(1)));
-        check(Some("1001"), None, Err(()));
-        check(None, Some(1001), Err(()));
+        // Above max_step: lowered to it (the answer's used_step says so).
+        check(Some("1001"), None, Ok(Some(1000)));
+        check(None, Some(1001), Ok(Some(1000)));
+        check(Some("9223372036854775807"), None, Ok(Some(1000)));
+        check(Some("9223372036854775808"), None, Err(()));
         check(Some("0"), None, Err(()));
         check(None, Some(-1), Err(()));
         check(Some("x"), None, Err(()));

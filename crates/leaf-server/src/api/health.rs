@@ -6,6 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::admin::MetricsAccess;
 use crate::metrics::Exposition;
 use crate::state::AppState;
 
@@ -55,7 +56,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     resp
 }
 
-pub(super) async fn metrics(State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(_: MetricsAccess, State(state): State<AppState>) -> Response {
     let mut out = Exposition::new();
     state.metrics().render(&mut out);
     if let Some(s) = state.segment_service() {

@@ -18,10 +18,10 @@ use axum::extract::{
     DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Query, Request, State,
 };
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::Response;
-use axum::routing::get;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get};
 use leaf_core::Tag;
 use serde::de::DeserializeOwned;
 
@@ -35,37 +35,55 @@ pub fn app(state: AppState) -> Router {
         // Leaf's routes. The empty-key variants exist so that an empty key is a 400, not a 404.
         .route(
             "/api/segment/get/{*key}",
-            get(leaf::leaf_segment).post(leaf::leaf_segment),
+            ids(
+                get(leaf::leaf_segment).post(leaf::leaf_segment),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/segment/get/",
-            get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+            ids(
+                get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/segment/get",
-            get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+            ids(
+                get(leaf::leaf_segment_empty).post(leaf::leaf_segment_empty),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/snowflake/get/{*key}",
-            get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+            ids(
+                get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/snowflake/get/",
-            get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+            ids(
+                get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+                "GET, POST",
+            ),
         )
         .route(
             "/api/snowflake/get",
-            get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+            ids(
+                get(leaf::leaf_snowflake).post(leaf::leaf_snowflake),
+                "GET, POST",
+            ),
         )
         .route("/decodeSnowflakeId", get(leaf::leaf_decode))
         // Version 1.
         .route(
             "/v1/segment/{*tag}",
-            get(v1::v1_segment).post(client::allocate),
+            ids(get(v1::v1_segment).post(client::allocate), "GET, POST"),
         )
-        .route("/v1/segment/", get(v1::v1_segment_empty))
-        .route("/v1/segment", get(v1::v1_segment_empty))
-        .route("/v1/snowflake", get(v1::v1_snowflake))
+        .route("/v1/segment/", ids(get(v1::v1_segment_empty), "GET"))
+        .route("/v1/segment", ids(get(v1::v1_segment_empty), "GET"))
+        .route("/v1/snowflake", ids(get(v1::v1_snowflake), "GET"))
         .route("/v1/snowflake/{id}/decode", get(v1::v1_decode))
         .route("/v1/time", get(crate::peer_clock::time_route))
         .route("/v1/tags", get(tags::list_tags).post(tags::create_tag))
@@ -83,9 +101,55 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), allowed_host))
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn(safety_headers))
         .with_state(state)
+}
+
+/// `X-Content-Type-Options: nosniff` and `Cache-Control: no-store` on every answer of the
+/// router. A browser that sniffs a type could run an error body or a page that echoes a tag
+/// as a script; a cache (a proxy, a CDN, a browser) that stores an ID answer hands one ID to
+/// two callers, which breaks uniqueness. No answer here is worth caching, so the rule has no
+/// exception that a new route could fall into.
+async fn safety_headers(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// The `server.allowed_hosts` rule, on every route (`crate::hosts` says why): a request that
+/// calls the server by a name not listed, in `Host` or in an absolute request target, or by
+/// none, is refused (403) before any handler runs.
+async fn allowed_host(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let allowed = state.allowed_hosts();
+    if allowed.is_any() {
+        return next.run(req).await;
+    }
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or(""));
+    let authority = req.uri().authority().map(|a| a.as_str());
+    let refusal = match (host, authority) {
+        (None, None) => {
+            "the request names no host (Host), and server.allowed_hosts is set".to_owned()
+        }
+        (Some(name), _) | (None, Some(name)) if !allowed.admits(name) => {
+            format!("Host {name:?} is not a name in server.allowed_hosts")
+        }
+        (_, Some(name)) if !allowed.admits(name) => {
+            format!("the request target names {name:?}, not a name in server.allowed_hosts")
+        }
+        _ => return next.run(req).await,
+    };
+    ApiError::new(StatusCode::FORBIDDEN, refusal).into_response()
 }
 
 /// Counts every request by route pattern and status, and times it.
@@ -98,6 +162,22 @@ async fn track(State(state): State<AppState>, req: Request, next: Next) -> Respo
         .metrics()
         .observe_request(route, resp.status().as_u16(), start.elapsed());
     resp
+}
+
+/// An ID route's `methods` with `HEAD` refused (405, `Allow: allow`). axum answers `HEAD` with
+/// the `GET` handler and drops the body, so a `HEAD` (a link checker, an uptime monitor, a
+/// proxy's revalidation) would take IDs that nobody sees; answering 200 without the work would
+/// claim a success that a `GET` may not have.
+fn ids(methods: MethodRouter<AppState>, allow: &'static str) -> MethodRouter<AppState> {
+    methods.head(move || async move {
+        (
+            [(header::ALLOW, allow)],
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "HEAD is refused on the ID routes (it would take an ID and send none); use GET",
+            ),
+        )
+    })
 }
 
 async fn no_route() -> ApiError {

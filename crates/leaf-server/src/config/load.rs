@@ -332,6 +332,7 @@ pub(super) mod tests {
             "server.listen",
             "server.admin_token",
             "server.client_token",
+            "server.metrics_token",
             "server.max_batch",
             "segment.enabled",
             "segment.preload_threshold",

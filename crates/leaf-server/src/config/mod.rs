@@ -122,6 +122,17 @@ pub struct ServerConfig {
     /// are open to every client, as in Leaf. Leaf's own clients send no token: set it only
     /// when every client does.
     pub client_token: String,
+    /// The bearer token of `/metrics`, which names every tag. Default empty: `/metrics` takes
+    /// `client_token` when that is set, and is open to every client when neither is.
+    pub metrics_token: String,
+    /// The names a request may call this server by (its `Host`), each `name` (any port) or
+    /// `name:port`, compared without regard to letter case; an IP address and `localhost`
+    /// always pass (no DNS name: nothing to rebind). A list, or one string of comma-separated
+    /// entries. Default empty: any `Host`. Set it where a node is reached by name: a page whose
+    /// name an attacker points at the node (DNS rebinding) is refused on every route, and
+    /// only a page of a listed name may send `POST /v1/segment/{tag}/allocate` from a browser.
+    #[serde(deserialize_with = "list_or_commas")]
+    pub allowed_hosts: Vec<String>,
     /// The largest `count` of one batch request. Default 10000.
     pub max_batch: usize,
     /// The largest request body, in bytes. Default 65536.
@@ -147,6 +158,8 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             admin_token: String::new(),
             client_token: String::new(),
+            metrics_token: String::new(),
+            allowed_hosts: Vec::new(),
             max_batch: 10_000,
             max_body_bytes: 64 * 1024,
             max_header_bytes: 16 * 1024,
@@ -163,6 +176,8 @@ impl fmt::Debug for ServerConfig {
             .field("listen", &self.listen)
             .field("admin_token", &redacted(&self.admin_token))
             .field("client_token", &redacted(&self.client_token))
+            .field("metrics_token", &redacted(&self.metrics_token))
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("max_batch", &self.max_batch)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_header_bytes", &self.max_header_bytes)
@@ -171,6 +186,28 @@ impl fmt::Debug for ServerConfig {
             .field("shutdown_timeout_s", &self.shutdown_timeout_s)
             .finish()
     }
+}
+
+/// A list as a list, or as one string of comma-separated entries (the form an environment
+/// variable gives most easily: `LEAF_SERVER__ALLOWED_HOSTS=leaf.example,leaf.example:8080`).
+fn list_or_commas<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum List {
+        List(Vec<String>),
+        Commas(String),
+    }
+    Ok(match List::deserialize(d)? {
+        List::List(list) => list,
+        List::Commas(text) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    })
 }
 
 /// `[log]`.
@@ -228,6 +265,12 @@ impl Config {
 
 impl ServerConfig {
     fn validate(&self) -> Result<()> {
+        check_token("server.admin_token", &self.admin_token)?;
+        check_token("server.client_token", &self.client_token)?;
+        check_token("server.metrics_token", &self.metrics_token)?;
+        if let Err(why) = crate::hosts::AllowedHosts::parse(&self.allowed_hosts) {
+            return bad("server.allowed_hosts", why);
+        }
         check_bounds(&[
             ("server.max_batch", self.max_batch as u64, 1, 1_000_000),
             (
@@ -254,6 +297,39 @@ impl ServerConfig {
             ),
         ])
     }
+}
+
+/// A token travels as `Authorization: Bearer <token>`. A character that a header value cannot
+/// carry (a control character, a line break; anything beyond ASCII, which RFC 9110 leaves
+/// obsolete and clients encode differently), or a space or tab at either end (header parsers
+/// strip it), makes a token that no request can present: refused, naming the key and where
+/// the character is, never the token.
+fn check_token(key: &str, token: &str) -> Result<()> {
+    let sendable = |c: char| c.is_ascii_graphic() || c == ' ' || c == '\t';
+    if let Some((i, c)) = token.chars().enumerate().find(|&(_, c)| !sendable(c)) {
+        let kind = if c.is_ascii() {
+            "a control character"
+        } else {
+            "a character beyond ASCII"
+        };
+        return bad(
+            key,
+            format!(
+                "character {} of the token is {kind}, which an HTTP header cannot carry (the \
+                 token is sent as Authorization: Bearer <token>); use visible ASCII",
+                i + 1
+            ),
+        );
+    }
+    if token.starts_with([' ', '\t']) || token.ends_with([' ', '\t']) {
+        return bad(
+            key,
+            "the token starts or ends with a space or tab, which HTTP header parsers strip, so \
+             no request could present it"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 fn bad(key: &str, why: String) -> Result<()> {
@@ -601,10 +677,99 @@ mod tests {
     }
 
     #[test]
+    fn tokens_an_http_header_cannot_carry_are_refused_naming_the_key() {
+        // Issue 24 item 10: such a token loaded, and no request could ever present it.
+        for key in [
+            "server.admin_token",
+            "server.client_token",
+            "server.metrics_token",
+        ] {
+            let var = env_name(key);
+            for bad in [
+                "s3cret\n",
+                "s3\r\ncret",
+                "s3cret\0",
+                "s3cret\x7f",
+                "s3cr\u{e9}t",
+                "s3cret\u{3000}",
+                " s3cret",
+                "s3cret ",
+                "\ts3cret",
+            ] {
+                let e = match load(None, env(&[(&var, bad)])) {
+                    Ok(_) => panic!("{key} = {bad:?} is accepted"),
+                    Err(e) => e.to_string(),
+                };
+                assert!(e.contains(key), "{key} = {bad:?}: {e}");
+                assert!(!e.contains("s3c"), "the message shows the token: {e}");
+            }
+            for good in [
+                "s3cret",
+                "Zm9v+/=",
+                "a b",
+                "a\tb",
+                "~!#$%&'*-.^_`|:;<>?@[]{}()\"\\",
+            ] {
+                let c = load(None, env(&[(&var, good)]))
+                    .unwrap_or_else(|e| panic!("{key} = {good:?}: {e}"))
+                    .config;
+                let loaded = match key {
+                    "server.admin_token" => c.server.admin_token,
+                    "server.client_token" => c.server.client_token,
+                    _ => c.server.metrics_token,
+                };
+                assert_eq!(loaded, good);
+            }
+        }
+    }
+
+    #[test]
+    fn allowed_hosts_are_names_or_names_with_ports() {
+        let hosts =
+            |vars: &[(&str, &str)]| load(None, env(vars)).map(|l| l.config.server.allowed_hosts);
+        let var = "LEAF_SERVER__ALLOWED_HOSTS";
+        assert_eq!(
+            hosts(&[(var, "leaf.example, LEAF2.example:8080")]).unwrap(),
+            ["leaf.example", "LEAF2.example:8080"]
+        );
+        assert_eq!(
+            hosts(&[(var, "[leaf.example, \"10.0.0.1:8080\", \"[::1]:8080\"]")]).unwrap(),
+            ["leaf.example", "10.0.0.1:8080", "[::1]:8080"]
+        );
+        let c = load_toml(
+            "[server]\nallowed_hosts = [\"leaf.example.\", \"leaf_1.internal\"]\n",
+            &[],
+        );
+        assert!(c.is_ok(), "{:?}", c.err());
+        for bad in [
+            "[\"\"]",
+            "[\"http://leaf.example\"]",
+            "[\"leaf.example/\"]",
+            "[\"leaf example\"]",
+            "[\"leaf.example:x\"]",
+            "[\"leaf.example:0\"]",
+            "[\"leaf.example:65536\"]",
+            "[\"user@leaf.example\"]",
+            "[\"leaf..example\"]",
+            "[\"*.example\"]",
+            "[\"[::1\"]",
+            "[\"[leaf]:80\"]",
+        ] {
+            let text = format!("[server]\nallowed_hosts = {bad}\n");
+            let e = match load_toml(&text, &[]) {
+                Ok(_) => panic!("allowed_hosts = {bad} is accepted"),
+                Err(e) => e.to_string(),
+            };
+            assert!(e.contains("server.allowed_hosts"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn debug_hides_secrets() {
         let mut c = Config::default();
         c.server.admin_token = "s3cret".into();
         c.server.client_token = "t0ken".into();
+        c.server.metrics_token = "m3trics".into();
         c.segment
             .stores
             .insert("url", "mysql://leaf:hunter2@db:3306/leaf");
@@ -613,7 +778,10 @@ mod tests {
             .set("mysql", "url", "mysql://leaf:hunter2@db:3306/leaf");
         let d = format!("{c:?}");
         assert!(
-            !d.contains("s3cret") && !d.contains("t0ken") && !d.contains("hunter2"),
+            !d.contains("s3cret")
+                && !d.contains("t0ken")
+                && !d.contains("m3trics")
+                && !d.contains("hunter2"),
             "{d}"
         );
         assert!(d.contains("mysql://leaf:<redacted>@db:3306/leaf"), "{d}");
