@@ -256,8 +256,8 @@ impl LeafClientBuilder {
     }
 
     /// The allocator's settings (preload threshold, switch wait, dynamic step); default
-    /// [`default_segment_config`](Self::default_segment_config). Keep `max_step` at or below
-    /// the servers' `segment.max_step`, which refuses larger steps.
+    /// [`default_segment_config`](Self::default_segment_config). A `max_step` above the
+    /// servers' `segment.max_step` is cut to theirs.
     pub fn segment_config(mut self, segment: SegmentConfig) -> Self {
         self.segment = segment;
         self

@@ -240,3 +240,20 @@ async fn dot_tags_are_tags() {
     let row = c.store().get(&tag("..")).await.unwrap().expect("the row");
     assert_eq!(row.step, 20);
 }
+
+/// A row whose step is above the servers' `segment.max_step`: the servers cut the step a lease
+/// asks for to theirs and say so in `used_step`, and the client takes the smaller range, lease
+/// after lease (it asks for at least the row's step).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_step_above_the_servers_max_step_serves_lease_after_lease() {
+    let cluster = Cluster::start(2, &[("LEAF_SEGMENT__MAX_STEP", "100")]);
+    let c = client(cluster.urls()).build().unwrap();
+    create_tag(&c, "t", 200).await;
+    let mut seen = HashSet::new();
+    for _ in 0..500 {
+        let id = c.segment().next_id("t").await.expect("served");
+        assert!(seen.insert(id), "id {id} twice");
+    }
+    let a = c.store().allocate(&tag("t"), Some(300)).await.unwrap();
+    assert_eq!((a.step, a.used_step), (200, 100));
+}
