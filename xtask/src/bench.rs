@@ -23,16 +23,6 @@ impl Figure {
     }
 }
 
-/// The segment stores whose crate has the allocation benchmark (`benches/allocate.rs`, on
-/// `leaf_testkit::bench::allocation`): `--stores` names, crates, and the criterion group.
-const STORES: &[(&str, &str)] = &[
-    ("sqlite", "leaf-registry-local"),
-    ("mysql", "leaf-registry-mysql"),
-    ("postgres", "leaf-registry-postgres"),
-    ("redis", "leaf-registry-redis"),
-    ("etcd", "leaf-registry-etcd"),
-];
-
 /// `cargo xtask bench [--quick] [--stores NAME,NAME...]`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
@@ -219,11 +209,13 @@ fn client_rows(get: &dyn Fn(&str, &str) -> Result<Figure>) -> Result<()> {
 fn allocation(root: &Path, names: &[&str], timing: &[&str]) -> Result<()> {
     let mut crates = Vec::new();
     for name in names {
-        let Some((_, package)) = STORES.iter().find(|(n, _)| n == name) else {
-            let known: Vec<&str> = STORES.iter().map(|(n, _)| *n).collect();
-            bail!("--stores: no store {name:?}; one of {}", known.join(", "));
+        // The segment stores whose crate has the allocation benchmark (`benches/allocate.rs`,
+        // on `leaf_testkit::bench::allocation`).
+        let Some(package) = crate::backends::find(name).and_then(|b| b.alloc_bench) else {
+            let known = crate::backends::names(|b| b.alloc_bench.is_some(), ", ");
+            bail!("--stores: no store {name:?}; one of {known}");
         };
-        crates.push((*name, *package));
+        crates.push((*name, package));
     }
     let env = crate::conformance::server_env_for(root, names)?;
     for (name, package) in &crates {

@@ -12,157 +12,46 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+use crate::backends::{self, Run};
 use crate::testbed;
 
-/// A backend the suite knows.
+/// One run of the suite: a backend's name, the variable naming its running server (if it has
+/// one), and one of its runs.
+#[derive(Clone, Copy)]
 pub(crate) struct Backend {
     /// The name for `--backend`.
     name: &'static str,
-    /// The crate that runs its conformance tests.
-    package: &'static str,
-    /// Cargo features the crate's run needs (`leaf-server` has a backend only with its
-    /// feature). A crate run without features is left out of `ci`'s workspace tests, which
-    /// would repeat it; a crate run with some still gets its default-feature run there.
-    features: Option<&'static str>,
-    /// One test target of the crate (`--test NAME`) rather than all of them: the rest of the
-    /// crate runs with the workspace's tests.
-    test: Option<&'static str>,
     /// The variable naming an already running server, for backends with one.
     url_var: Option<&'static str>,
+    run: Run,
 }
 
-/// Every backend; a run fails when one's crate (or feature) is missing from the workspace. Each
-/// backend with a server has its testbed image in [`testbed::IMAGES`].
-const BACKENDS: &[Backend] = &[
-    Backend {
-        name: "sqlite",
-        package: "leaf-registry-local",
-        features: None,
-        test: None,
-        url_var: None,
-    },
-    Backend {
-        name: "local",
-        package: "leaf-registry-local",
-        features: None,
-        test: None,
-        url_var: None,
-    },
-    Backend {
-        name: "mysql",
-        package: "leaf-registry-mysql",
-        features: None,
-        test: None,
-        url_var: Some("LEAFTEST_MYSQL_URL"),
-    },
-    // The server on the same MySQL: `tests/mysql.rs` (the router, two processes sharing one
-    // table and one worker-id table, an unreachable server at start-up).
-    Backend {
-        name: "mysql",
-        package: "leaf-server",
-        features: Some("mysql"),
-        test: None,
-        url_var: Some("LEAFTEST_MYSQL_URL"),
-    },
-    // leaf-client's black-box scenarios on the same MySQL: clients and servers sharing one
-    // `leaf_alloc`, a server killed mid-run, every server down (`tests/mariadb.rs`).
-    Backend {
-        name: "mysql",
-        package: "leaf-client",
-        features: Some("_mysql-tests"),
-        test: Some("mariadb"),
-        url_var: Some("LEAFTEST_MYSQL_URL"),
-    },
-    Backend {
-        name: "postgres",
-        package: "leaf-registry-postgres",
-        features: None,
-        test: None,
-        url_var: Some("LEAFTEST_POSTGRES_URL"),
-    },
-    // The server on the same PostgreSQL: `tests/postgres.rs` (two processes sharing one table
-    // and one worker-id table, one identity refused, a crash, the server stopped).
-    Backend {
-        name: "postgres",
-        package: "leaf-server",
-        features: Some("postgres"),
-        test: None,
-        url_var: Some("LEAFTEST_POSTGRES_URL"),
-    },
-    // The ZooKeeper provisioning itself (shared server, dedicated server, ensemble).
-    Backend {
-        name: "zk",
-        package: "leaf-testkit",
-        features: Some("provision"),
-        test: Some("provision_zk"),
-        url_var: Some("LEAFTEST_ZK_URL"),
-    },
-    Backend {
-        name: "zk",
-        package: "leaf-registry-zk",
-        features: None,
-        test: None,
-        url_var: Some("LEAFTEST_ZK_URL"),
-    },
-    // The server in both ZooKeeper modes.
-    Backend {
-        name: "zk",
-        package: "leaf-server",
-        features: Some("zk-normal,zk-recycle"),
-        test: None,
-        url_var: Some("LEAFTEST_ZK_URL"),
-    },
-    Backend {
-        name: "redis",
-        package: "leaf-registry-redis",
-        features: None,
-        test: None,
-        url_var: Some("LEAFTEST_REDIS_URL"),
-    },
-    // The server with both modes on Redis.
-    Backend {
-        name: "redis",
-        package: "leaf-server",
-        features: Some("redis"),
-        test: None,
-        url_var: Some("LEAFTEST_REDIS_URL"),
-    },
-    Backend {
-        name: "etcd",
-        package: "leaf-registry-etcd",
-        features: None,
-        test: None,
-        url_var: Some("LEAFTEST_ETCD_URL"),
-    },
-    // The server with both modes on etcd.
-    Backend {
-        name: "etcd",
-        package: "leaf-server",
-        features: Some("etcd"),
-        test: None,
-        url_var: Some("LEAFTEST_ETCD_URL"),
-    },
-    // leaf-server containers of the image over a ZooKeeper ensemble and an etcd cluster:
-    // killed, paused, a member stopped. Needs the server image and both testbed images.
-    Backend {
+/// Every run, from [`backends::BACKENDS`], then the cluster's; a run fails when its crate (or
+/// feature) is missing from the workspace.
+fn steps() -> Vec<Backend> {
+    let runs = backends::BACKENDS.iter().flat_map(|b| {
+        b.runs.iter().map(|run| Backend {
+            name: b.name,
+            url_var: b.server.as_ref().map(|s| s.url_var),
+            run: *run,
+        })
+    });
+    let cluster = Backend {
         name: "cluster",
-        package: "leaf-testkit",
-        features: Some("cluster"),
-        test: Some("cluster"),
         url_var: None,
-    },
-];
-
-/// The backends whose containers the cluster test runs beside the server's image.
-const CLUSTER_NEEDS: &[&str] = &["zk", "etcd"];
+        run: backends::CLUSTER,
+    };
+    runs.chain(std::iter::once(cluster)).collect()
+}
 
 /// Whether `b`'s crate is in the workspace and declares the features its run needs.
 fn available(root: &Path, b: &Backend) -> bool {
-    let manifest = root.join("crates").join(b.package).join("Cargo.toml");
+    let manifest = root.join("crates").join(b.run.package).join("Cargo.toml");
     let Ok(text) = std::fs::read_to_string(manifest) else {
         return false;
     };
-    b.features
+    b.run
+        .features
         .is_none_or(|f| f.split(',').all(|f| declares_feature(&text, f.trim())))
 }
 
@@ -186,10 +75,10 @@ fn declares_feature(text: &str, feature: &str) -> bool {
 /// (those run without extra features), each once.
 pub(crate) fn packages(root: &Path) -> Vec<&'static str> {
     let _ = root;
-    let mut packages: Vec<&'static str> = BACKENDS
+    let mut packages: Vec<&'static str> = steps()
         .iter()
-        .filter(|b| b.features.is_none())
-        .map(|b| b.package)
+        .filter(|b| b.run.features.is_none())
+        .map(|b| b.run.package)
         .collect();
     packages.dedup();
     packages
@@ -215,14 +104,15 @@ pub(crate) fn run_and_keep_env(root: &Path, args: &[String]) -> Result<Vec<(Stri
             },
         }
     }
+    let steps = steps();
     for w in &wanted {
-        if !BACKENDS.iter().any(|b| b.name == w) {
-            let mut known: Vec<&str> = BACKENDS.iter().map(|b| b.name).collect();
+        if !steps.iter().any(|b| b.name == w) {
+            let mut known: Vec<&str> = steps.iter().map(|b| b.name).collect();
             known.dedup();
             bail!("unknown backend {w:?}; known: {}", known.join(", "));
         }
     }
-    let selected: Vec<&Backend> = BACKENDS
+    let selected: Vec<&Backend> = steps
         .iter()
         .filter(|b| wanted.is_empty() || wanted.iter().any(|w| w == b.name))
         .collect();
@@ -231,8 +121,11 @@ pub(crate) fn run_and_keep_env(root: &Path, args: &[String]) -> Result<Vec<(Stri
         bail!(
             "{} needs {}{}, which the workspace does not have",
             b.name,
-            b.package,
-            b.features.map(|f| format!(" with {f}")).unwrap_or_default()
+            b.run.package,
+            b.run
+                .features
+                .map(|f| format!(" with {f}"))
+                .unwrap_or_default()
         );
     }
 
@@ -241,7 +134,7 @@ pub(crate) fn run_and_keep_env(root: &Path, args: &[String]) -> Result<Vec<(Stri
     // One run per crate, feature set and target.
     let mut runs: Vec<(&str, Option<&str>, Option<&str>)> = selected
         .iter()
-        .map(|b| (b.package, b.features, b.test))
+        .map(|b| (b.run.package, b.run.features, b.run.test))
         .collect();
     runs.dedup();
     let started = Instant::now();
@@ -250,7 +143,7 @@ pub(crate) fn run_and_keep_env(root: &Path, args: &[String]) -> Result<Vec<(Stri
     for (package, features, test) in runs {
         let names: Vec<&str> = selected
             .iter()
-            .filter(|b| (b.package, b.features, b.test) == (package, features, test))
+            .filter(|b| (b.run.package, b.run.features, b.run.test) == (package, features, test))
             .map(|b| b.name)
             .collect();
         let mut args = vec!["test", "-p", package];
@@ -301,9 +194,9 @@ pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(Stri
     }
     let mut done: Vec<&str> = Vec::new();
     if cluster {
-        for name in CLUSTER_NEEDS {
-            if let Some(spec) = testbed::IMAGES.iter().find(|i| i.backend == *name) {
-                testbed_image(root, spec, &mut env)?;
+        for name in backends::CLUSTER_NEEDS {
+            if let Some(b) = backends::find(name) {
+                testbed_image(root, b, &mut env)?;
                 done.push(name);
             }
         }
@@ -315,8 +208,8 @@ pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(Stri
             continue;
         }
         done.push(b.name);
-        if let Some(spec) = testbed::IMAGES.iter().find(|i| i.backend == b.name) {
-            testbed_image(root, spec, &mut env)?;
+        if let Some(backend) = backends::find(b.name) {
+            testbed_image(root, backend, &mut env)?;
         }
     }
     Ok(env)
@@ -324,10 +217,8 @@ pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(Stri
 
 /// [`server_env`] for the backends named `names` (those without a server need nothing).
 pub(crate) fn server_env_for(root: &Path, names: &[&str]) -> Result<Vec<(String, String)>> {
-    let selected: Vec<&Backend> = BACKENDS
-        .iter()
-        .filter(|b| names.contains(&b.name))
-        .collect();
+    let steps = steps();
+    let selected: Vec<&Backend> = steps.iter().filter(|b| names.contains(&b.name)).collect();
     server_env(root, &selected)
 }
 
@@ -335,44 +226,47 @@ pub(crate) fn server_env_for(root: &Path, names: &[&str]) -> Result<Vec<(String,
 /// local testbed image, built when missing (or the reason it cannot be, with what to do).
 fn testbed_image(
     root: &Path,
-    spec: &testbed::ImageSpec,
+    backend: &backends::Backend,
     env: &mut Vec<(String, String)>,
 ) -> Result<()> {
-    if let Ok(image) = std::env::var(spec.image_var)
+    let Some(server) = &backend.server else {
+        return Ok(());
+    };
+    if let Ok(image) = std::env::var(server.image_var)
         && !image.is_empty()
     {
         eprintln!(
             "xtask conformance: {} uses {image} ({})",
-            spec.backend, spec.image_var
+            backend.name, server.image_var
         );
         return Ok(());
     }
-    if !testbed::image_exists(spec.image)? {
+    if !testbed::image_exists(server.image)? {
         if let Some(why) = testbed::cannot_build() {
             bail!(
                 "the testbed image {} is missing and cannot be built here: {why}.\n\
                  Build it with `cargo xtask testbed {}` (as root), or set {} to an image \
                  Docker can pull (default of the tests: the official one), or set the backend's \
                  URL variable to a running server",
-                spec.image,
-                spec.backend,
-                spec.image_var
+                server.image,
+                backend.name,
+                server.image_var
             );
         }
         eprintln!(
             "xtask conformance: building the missing testbed image {}",
-            spec.image
+            server.image
         );
-        testbed::build(root, spec)?;
+        testbed::build(root, backend)?;
     }
-    env.push((spec.image_var.to_string(), spec.image.to_string()));
+    env.push((server.image_var.to_string(), server.image.to_string()));
     Ok(())
 }
 
 /// The leaf-server image of the cluster test: `LEAFTEST_SERVER_IMAGE` if set, else
 /// `leaf-server:local` built now by `cargo xtask image`, so that it carries this source.
 fn server_image(root: &Path, env: &mut Vec<(String, String)>) -> Result<()> {
-    const VAR: &str = "LEAFTEST_SERVER_IMAGE";
+    const VAR: &str = backends::SERVER_IMAGE_VAR;
     if let Ok(image) = std::env::var(VAR)
         && !image.is_empty()
     {

@@ -12,32 +12,42 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
+mod backends;
 mod bench;
 mod bench_http;
 mod conformance;
 mod image;
 mod testbed;
 
-const USAGE: &str = "usage: cargo xtask <command>
+/// The usage text; the backends' names come from [`backends::BACKENDS`].
+fn usage() -> String {
+    let stores = backends::names(|b| b.alloc_bench.is_some(), ",");
+    let http = backends::names(|b| b.bench.is_some(), "|");
+    let all = backends::names(|_| true, ", ");
+    let images = backends::names(|b| b.server.is_some(), ", ");
+    format!(
+        "usage: cargo xtask <command>
 
 commands:
   ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test
   bench [--quick] run the criterion benchmarks and print the summary table
-  bench [--quick] --stores sqlite,mysql,postgres,...
+  bench [--quick] --stores {stores}
                   the segment stores' allocation benchmark, one after the other, on
                   provisioned servers (the testbed images), and a table of the means
-  bench-http [SECONDS] [--store mysql|postgres|redis|etcd]... [--snowflake-load [--server PATH]]
+  bench-http [SECONDS] [--store {http}]... [--snowflake-load [--server PATH]]
                   the release leaf-server under oha: req/s, latency, batches, RSS, start-up;
                   with --store (repeatable): segment mode on SQLite beside those stores;
                   with --snowflake-load: segment latency alone and under snowflake batches
   conformance [--backend NAME]
-                  run the backend crates' tests on provisioned servers (sqlite, local, mysql, postgres,
-                  zk, etcd, redis, cluster)
+                  run the backend crates' tests on provisioned servers ({all}, cluster)
   testbed [--force] [BACKEND...]
-                  build the servers' test images locally from Debian packages (needs root)
+                  build the servers' test images locally from Debian packages (needs root):
+                  {images}
   image [--features F] [--tag T]
                   build the leaf-server image (leaf-server:local) from Debian packages and the
-                  release binary, as the Dockerfile would where no registry is reachable";
+                  release binary, as the Dockerfile would where no registry is reachable"
+    )
+}
 
 fn main() {
     if let Err(e) = run() {
@@ -57,11 +67,11 @@ fn run() -> Result<()> {
         Some("testbed") => testbed::run(&root, &args[1..]),
         Some("image") => image::run(&root, &args[1..]),
         Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
+            println!("{}", usage());
             Ok(())
         }
-        Some(other) => bail!("unknown command {other:?}\n{USAGE}"),
-        None => bail!("no command given\n{USAGE}"),
+        Some(other) => bail!("unknown command {other:?}\n{}", usage()),
+        None => bail!("no command given\n{}", usage()),
     }
 }
 

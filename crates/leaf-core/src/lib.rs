@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+#[cfg(feature = "backend")]
+pub mod backend;
 mod cache_file;
 mod cached;
 mod clock;

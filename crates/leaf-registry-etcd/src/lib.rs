@@ -14,29 +14,43 @@ pub use store::EtcdStore;
 use std::path::Path;
 use std::sync::Arc;
 
-use leaf_core::{Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
+use async_trait::async_trait;
+use leaf_core::backend::{Backend, Registry};
+use leaf_core::{Result, SegmentStore, StoreCapabilities};
 
-/// The segment store of `config` (`segment.store = "etcd"`) for the leaf name `name` (keys
-/// under `{prefix}/{name}/segments/`), after [`EtcdConfig::validate`].
-pub async fn open_store(config: &EtcdConfig, name: &str) -> Result<Arc<dyn SegmentStore>> {
-    config.validate()?;
-    Ok(Arc::new(EtcdStore::connect(config, name).await?))
-}
+/// etcd's store and workerId mode (`segment.store = "etcd"`, `snowflake.mode = "etcd"`,
+/// tables `[segment.etcd]` and `[snowflake.etcd]`), for `leaf-server`'s composition.
+#[derive(Debug)]
+pub struct Etcd;
 
-/// What the store of `config` can do: durable (raft), shared by any number of servers.
-pub fn store_capabilities(config: &EtcdConfig) -> StoreCapabilities {
-    let _ = config;
-    StoreCapabilities::new(true, true)
-}
+#[async_trait]
+impl Backend for Etcd {
+    type Config = EtcdConfig;
+    const TABLE: &'static str = "etcd";
+    const STORE: Option<&'static str> = Some("etcd");
+    const MODE: Option<&'static str> = Some("etcd");
 
-/// The `etcd` workerId mode's registry on the cluster of `config`, its cache file in
-/// `cache_dir`, for the leaf name `name`. Nothing is contacted before its first `acquire`.
-pub fn open_registry(
-    config: &EtcdConfig,
-    cache_dir: &Path,
-    name: &str,
-) -> Result<Arc<dyn WorkerIdRegistry>> {
-    Ok(Arc::new(
-        EtcdBackend::connect(config, name)?.registry(cache_dir),
-    ))
+    fn validate(config: &EtcdConfig) -> Result<()> {
+        config.validate()
+    }
+
+    /// Durable (raft), shared by any number of servers.
+    fn store_capabilities(config: &EtcdConfig) -> StoreCapabilities {
+        let _ = config;
+        StoreCapabilities::new(true, true)
+    }
+
+    /// The store for the leaf name `name` (keys under `{prefix}/{name}/segments/`), after
+    /// [`EtcdConfig::validate`].
+    async fn open_store(config: &EtcdConfig, name: &str) -> Result<Arc<dyn SegmentStore>> {
+        config.validate()?;
+        Ok(Arc::new(EtcdStore::connect(config, name).await?))
+    }
+
+    /// The registry on the cluster of `config`, its cache file in `cache_dir`. Nothing is
+    /// contacted before its first `acquire`.
+    fn open_registry(config: &EtcdConfig, cache_dir: &Path, name: &str) -> Result<Registry> {
+        let registry = EtcdBackend::connect(config, name)?.registry(cache_dir);
+        Ok(Registry::without_peers(Arc::new(registry)))
+    }
 }

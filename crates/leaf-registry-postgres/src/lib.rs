@@ -13,35 +13,51 @@ pub use store::{LEAF_ALLOC_DDL, PostgresStore};
 use std::path::Path;
 use std::sync::Arc;
 
-use leaf_core::{Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
+use async_trait::async_trait;
+use leaf_core::backend::{Backend, Registry};
+use leaf_core::{Result, SegmentStore, StoreCapabilities};
 
-/// The segment store of `config` (`segment.store = "postgres"`), after
-/// [`PostgresConfig::validate`]: `leaf_alloc` created when missing, checked when present.
-/// `name` (the leaf name) is not used: the database is the namespace.
-pub async fn open_store(config: &PostgresConfig, name: &str) -> Result<Arc<dyn SegmentStore>> {
-    let _ = name;
-    config.validate_store()?;
-    // Boxed: the server's start-up future holds this one, and with sqlx's futures nested in
-    // it unboxed, computing its layout passes the compiler's query depth limit (release builds
-    // of leaf-server failed so).
-    Ok(Arc::new(Box::pin(PostgresStore::connect(config)).await?))
-}
+/// PostgreSQL's store and workerId mode (`segment.store = "postgres"`, `snowflake.mode =
+/// "postgres"`, tables `[segment.postgres]` and `[snowflake.postgres]`), for `leaf-server`'s
+/// composition.
+#[derive(Debug)]
+pub struct Postgres;
 
-/// What the store of `config` can do: durable, shared by any number of servers.
-pub fn store_capabilities(config: &PostgresConfig) -> StoreCapabilities {
-    let _ = config;
-    StoreCapabilities::new(true, true)
-}
+#[async_trait]
+impl Backend for Postgres {
+    type Config = PostgresConfig;
+    const TABLE: &'static str = "postgres";
+    const STORE: Option<&'static str> = Some("postgres");
+    const MODE: Option<&'static str> = Some("postgres");
+    const MODE_ONLY_KEYS: &'static [&'static str] = REGISTRY_ONLY_KEYS;
 
-/// The `postgres` workerId mode's registry on the server of `config`, its cache file in
-/// `cache_dir`, for the leaf name `name`. Nothing is contacted before its first `acquire`.
-pub fn open_registry(
-    config: &PostgresConfig,
-    cache_dir: &Path,
-    name: &str,
-) -> Result<Arc<dyn WorkerIdRegistry>> {
-    config.validate()?;
-    Ok(Arc::new(
-        PostgresBackend::connect(config, name)?.registry(cache_dir),
-    ))
+    fn validate(config: &PostgresConfig) -> Result<()> {
+        config.validate()
+    }
+
+    /// Durable, shared by any number of servers.
+    fn store_capabilities(config: &PostgresConfig) -> StoreCapabilities {
+        let _ = config;
+        StoreCapabilities::new(true, true)
+    }
+
+    /// `leaf_alloc` created when missing, checked when present, after
+    /// [`PostgresConfig::validate_store`]. `name` (the leaf name) is not used: the database is
+    /// the namespace.
+    async fn open_store(config: &PostgresConfig, name: &str) -> Result<Arc<dyn SegmentStore>> {
+        let _ = name;
+        config.validate_store()?;
+        // Boxed: the server's start-up future holds this one, and with sqlx's futures nested
+        // in it unboxed, computing its layout passes the compiler's query depth limit (release
+        // builds of leaf-server failed so).
+        Ok(Arc::new(Box::pin(PostgresStore::connect(config)).await?))
+    }
+
+    /// The registry on the server of `config`, its cache file in `cache_dir`. Nothing is
+    /// contacted before its first `acquire`.
+    fn open_registry(config: &PostgresConfig, cache_dir: &Path, name: &str) -> Result<Registry> {
+        config.validate()?;
+        let registry = PostgresBackend::connect(config, name)?.registry(cache_dir);
+        Ok(Registry::without_peers(Arc::new(registry)))
+    }
 }

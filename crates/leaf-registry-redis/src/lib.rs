@@ -14,31 +14,43 @@ pub use store::RedisStore;
 use std::path::Path;
 use std::sync::Arc;
 
-use leaf_core::{Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
+use async_trait::async_trait;
+use leaf_core::backend::{Backend, Registry};
+use leaf_core::{Result, SegmentStore, StoreCapabilities};
 
-/// The segment store of `config` (`segment.store = "redis"`), after
-/// [`RedisConfig::validate`]; it connects (and runs the durability guard) now. `name` (the
-/// leaf name) is not used: `key_prefix` is the namespace.
-pub async fn open_store(config: &RedisConfig, name: &str) -> Result<Arc<dyn SegmentStore>> {
-    let _ = name;
-    Ok(Arc::new(RedisStore::connect(config).await?))
-}
+/// Redis's store and workerId mode (`segment.store = "redis"`, `snowflake.mode = "redis"`,
+/// tables `[segment.redis]` and `[snowflake.redis]`), for `leaf-server`'s composition.
+#[derive(Debug)]
+pub struct Redis;
 
-/// What the store of `config` can do: durable (the guard refuses a weak server), shared by any
-/// number of servers.
-pub fn store_capabilities(config: &RedisConfig) -> StoreCapabilities {
-    let _ = config;
-    StoreCapabilities::new(true, true)
-}
+#[async_trait]
+impl Backend for Redis {
+    type Config = RedisConfig;
+    const TABLE: &'static str = "redis";
+    const STORE: Option<&'static str> = Some("redis");
+    const MODE: Option<&'static str> = Some("redis");
 
-/// The `redis` workerId mode's registry on the server of `config`, its cache file in
-/// `cache_dir`, for the leaf name `name`. Nothing is contacted before its first `acquire`.
-pub fn open_registry(
-    config: &RedisConfig,
-    cache_dir: &Path,
-    name: &str,
-) -> Result<Arc<dyn WorkerIdRegistry>> {
-    Ok(Arc::new(
-        RedisBackend::new(config, name)?.registry(cache_dir),
-    ))
+    fn validate(config: &RedisConfig) -> Result<()> {
+        config.validate()
+    }
+
+    /// Durable (the guard refuses a weak server), shared by any number of servers.
+    fn store_capabilities(config: &RedisConfig) -> StoreCapabilities {
+        let _ = config;
+        StoreCapabilities::new(true, true)
+    }
+
+    /// The store; it connects (and runs the durability guard) now. `name` (the leaf name) is
+    /// not used: `key_prefix` is the namespace.
+    async fn open_store(config: &RedisConfig, name: &str) -> Result<Arc<dyn SegmentStore>> {
+        let _ = name;
+        Ok(Arc::new(RedisStore::connect(config).await?))
+    }
+
+    /// The registry on the server of `config`, its cache file in `cache_dir`. Nothing is
+    /// contacted before its first `acquire`.
+    fn open_registry(config: &RedisConfig, cache_dir: &Path, name: &str) -> Result<Registry> {
+        let registry = RedisBackend::new(config, name)?.registry(cache_dir);
+        Ok(Registry::without_peers(Arc::new(registry)))
+    }
 }

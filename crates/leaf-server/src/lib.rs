@@ -4,6 +4,7 @@
 mod admin;
 mod api;
 mod backend;
+mod backends;
 pub mod cli;
 pub mod config;
 mod deferred;

@@ -16,7 +16,7 @@ use hyper_util::rt::TokioIo;
 use leaf_core::{Clock, NodeIdentity, SystemClock};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::PeerDirectory;
+use leaf_core::backend::PeerDirectory;
 
 /// The answer of `GET /v1/time`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

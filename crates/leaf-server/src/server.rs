@@ -258,7 +258,7 @@ async fn start_snowflake(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<SnowflakeService> {
     let identity = identity::node_identity(&config.snowflake, listen_port)?;
-    let backend::Registry {
+    let leaf_core::backend::Registry {
         worker: registry,
         peers,
     } = backend::registry(config).await?;

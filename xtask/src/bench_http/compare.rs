@@ -12,7 +12,7 @@ use super::{BATCH, CONNECTIONS, SEGMENT};
 /// Segment mode on SQLite and then on each of `others`, in one session, same binary (built
 /// with the stores' features), same load: single IDs and batches.
 pub(super) fn compare_stores(root: &Path, seconds: u64, others: &[Store]) -> Result<()> {
-    let features: Vec<&str> = others.iter().map(|s| s.spec().name).collect();
+    let features: Vec<&str> = others.iter().map(|s| s.name()).collect();
     let features = features.join(",");
     crate::cargo(
         root,
@@ -32,7 +32,7 @@ pub(super) fn compare_stores(root: &Path, seconds: u64, others: &[Store]) -> Res
         let backend = StoreServer::provision(*other)?;
         eprintln!(
             "xtask: == {} at {} ({})",
-            other.spec().name,
+            other.name(),
             redact(&backend.url),
             backend.origin
         );
@@ -42,7 +42,7 @@ pub(super) fn compare_stores(root: &Path, seconds: u64, others: &[Store]) -> Res
     let runs = std::iter::once(("sqlite", None)).chain(
         backends
             .iter()
-            .map(|(store, backend)| (store.spec().name, Some((*store, backend.url.as_str())))),
+            .map(|(store, backend)| (store.name(), Some((*store, backend.url.as_str())))),
     );
     for (name, on) in runs {
         let (mut cmd, dir, addr) = server_command(&binary, name)?;

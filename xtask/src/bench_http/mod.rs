@@ -4,18 +4,13 @@
 //!
 //! `cargo xtask bench-http --store mysql|postgres|redis|etcd` (repeated for several): segment
 //! mode on SQLite and on each chosen store, one after the other in one session, with one binary
-//! built with the stores' features, single IDs and `count=1000` batches each. The store's server is the one of its
-//! `LEAFTEST_*_URL`, else a container of its `LEAFTEST_*_IMAGE` (default: the image
-//! `cargo xtask testbed` builds) started here on a loopback port and removed at the end:
-//!
-//! - `mysql`: `LEAFTEST_MYSQL_URL` (a URL naming an existing database), else
-//!   `LEAFTEST_MYSQL_IMAGE`, default `leaf-testbed/mariadb:local`.
-//! - `postgres`: `LEAFTEST_POSTGRES_URL` (a URL naming an existing database), else
-//!   `LEAFTEST_POSTGRES_IMAGE`, default `leaf-testbed/postgres:local`.
-//! - `redis`: `LEAFTEST_REDIS_URL` (`redis://host:port`, a server with `appendonly yes` and
-//!   `appendfsync always`, as the store requires), else `LEAFTEST_REDIS_IMAGE`, default
-//!   `leaf-testbed/redis:local`, started with those two settings. The server's keys go under
-//!   the prefix `leafbench` (`segment.redis.key_prefix`) and stay there.
+//! built with the stores' features, single IDs and `count=1000` batches each. The store's server is
+//! the one of its backend's `LEAFTEST_*_URL` (a SQL URL naming an existing database; a Redis
+//! with `appendonly yes` and `appendfsync always`, as the store requires), else a container of
+//! its `LEAFTEST_*_IMAGE` (default: the image `cargo xtask testbed` builds), started here on a
+//! loopback port and removed at the end; the names are the backends' rows in `crate::backends`.
+//! On Redis the server's keys go under the prefix `leafbench` (`segment.redis.key_prefix`) and
+//! stay there.
 //!
 //! `cargo xtask bench-http --snowflake-load [--server PATH]`: the segment route at a fixed rate,
 //! alone and while two clients loop snowflake batches (`count=10000`), with the snowflake layout
@@ -101,8 +96,8 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             Some(s) if !others.contains(&s) => others.push(s),
             Some(_) => {}
             None => bail!(
-                "--store {name:?}: sqlite (the default run), mysql, postgres, redis or etcd \
-                 (SQLite beside them)"
+                "--store {name:?}: sqlite (the default run), or one of {} (SQLite beside them)",
+                Store::known()
             ),
         }
     }

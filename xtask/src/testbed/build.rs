@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use super::ImageSpec;
 use super::mirror::Mirror;
 use super::rootfs::{
     ProcMount, check_unmounted, chroot, ensure_debootstrap, remove_dir_contents, remove_root,
     run_cmd, write_file,
 };
+use crate::backends::Backend;
 
 /// Whether the local Docker has `image`.
 pub(crate) fn image_exists(image: &str) -> Result<bool> {
@@ -41,21 +41,25 @@ pub(crate) fn cannot_build() -> Option<String> {
     None
 }
 
-/// Builds one image.
-pub(crate) fn build(root: &Path, spec: &ImageSpec) -> Result<()> {
+/// Builds the image of `backend`'s server.
+pub(crate) fn build(root: &Path, backend: &Backend) -> Result<()> {
+    let Some(server) = &backend.server else {
+        bail!("{} has no server, hence no testbed image", backend.name);
+    };
+    let (spec, image) = (server.spec, server.image);
     let started = Instant::now();
-    let rootfs = debian_root(root, spec.backend, spec.packages)?;
+    let rootfs = debian_root(root, backend.name, spec.packages)?;
     let (path, script) = spec.entrypoint;
     write_file(&rootfs.join(path.trim_start_matches('/')), script, 0o755)?;
     let changes = [
         format!("ENTRYPOINT [\"{path}\"]"),
         format!("EXPOSE {}", spec.port),
-        format!("LABEL org.leaf-rs.testbed={}", spec.backend),
+        format!("LABEL org.leaf-rs.testbed={}", backend.name),
     ];
-    import(&rootfs, spec.image, &changes)?;
+    import(&rootfs, image, &changes)?;
     eprintln!(
         "xtask testbed: == {} built in {:.0} s",
-        spec.image,
+        image,
         started.elapsed().as_secs_f64()
     );
     Ok(())

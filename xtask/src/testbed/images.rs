@@ -1,13 +1,8 @@
-//! What each image is: its packages, its entrypoint script, its port and the variable naming it.
+//! What each image is: its packages, its entrypoint script and its port. Its name, its
+//! backend and the variable naming it are the backend's row in `crate::backends`.
 
-/// One locally built image.
+/// How one locally built image is made.
 pub(crate) struct ImageSpec {
-    /// The backend it serves, as named by `cargo xtask conformance --backend`.
-    pub(crate) backend: &'static str,
-    /// The local image name (`repository:tag`).
-    pub(crate) image: &'static str,
-    /// The variable the tests read the image from (`leaf-testkit`'s provisioning).
-    pub(crate) image_var: &'static str,
     /// Debian packages installed into the root.
     pub(crate) packages: &'static [&'static str],
     /// The entrypoint script's path inside the image, and the script.
@@ -197,50 +192,40 @@ done
 exit "$status"
 "#;
 
-/// The images `cargo xtask testbed` builds. ZooKeeper is Java (`proc` is mounted for its
-/// post-install).
-pub(crate) const IMAGES: &[ImageSpec] = &[
-    ImageSpec {
-        backend: "mysql",
-        image: "leaf-testbed/mariadb:local",
-        image_var: "LEAFTEST_MYSQL_IMAGE",
-        packages: &["mariadb-server"],
-        entrypoint: ("/usr/local/bin/leaf-testbed-mariadb", MARIADB_ENTRYPOINT),
-        port: 3306,
-    },
-    ImageSpec {
-        backend: "zk",
-        image: "leaf-testbed/zookeeper:local",
-        image_var: "LEAFTEST_ZK_IMAGE",
-        packages: &["zookeeper"],
-        entrypoint: (
-            "/usr/local/bin/leaf-testbed-zookeeper",
-            ZOOKEEPER_ENTRYPOINT,
-        ),
-        port: 2181,
-    },
-    ImageSpec {
-        backend: "redis",
-        image: "leaf-testbed/redis:local",
-        image_var: "LEAFTEST_REDIS_IMAGE",
-        packages: &["redis-server"],
-        entrypoint: ("/usr/local/bin/leaf-testbed-redis", REDIS_ENTRYPOINT),
-        port: 6379,
-    },
-    ImageSpec {
-        backend: "etcd",
-        image: "leaf-testbed/etcd:local",
-        image_var: "LEAFTEST_ETCD_IMAGE",
-        packages: &["etcd-server"],
-        entrypoint: ("/usr/local/bin/leaf-testbed-etcd", ETCD_ENTRYPOINT),
-        port: 2379,
-    },
-    ImageSpec {
-        backend: "postgres",
-        image: "leaf-testbed/postgres:local",
-        image_var: "LEAFTEST_POSTGRES_IMAGE",
-        packages: &["postgresql"],
-        entrypoint: ("/usr/local/bin/leaf-testbed-postgres", POSTGRES_ENTRYPOINT),
-        port: 5432,
-    },
-];
+/// MariaDB (the `mysql` backend's server).
+pub(crate) const MARIADB: ImageSpec = ImageSpec {
+    packages: &["mariadb-server"],
+    entrypoint: ("/usr/local/bin/leaf-testbed-mariadb", MARIADB_ENTRYPOINT),
+    port: 3306,
+};
+
+/// ZooKeeper. It is Java (`proc` is mounted for its post-install).
+pub(crate) const ZOOKEEPER: ImageSpec = ImageSpec {
+    packages: &["zookeeper"],
+    entrypoint: (
+        "/usr/local/bin/leaf-testbed-zookeeper",
+        ZOOKEEPER_ENTRYPOINT,
+    ),
+    port: 2181,
+};
+
+/// Redis.
+pub(crate) const REDIS: ImageSpec = ImageSpec {
+    packages: &["redis-server"],
+    entrypoint: ("/usr/local/bin/leaf-testbed-redis", REDIS_ENTRYPOINT),
+    port: 6379,
+};
+
+/// etcd.
+pub(crate) const ETCD: ImageSpec = ImageSpec {
+    packages: &["etcd-server"],
+    entrypoint: ("/usr/local/bin/leaf-testbed-etcd", ETCD_ENTRYPOINT),
+    port: 2379,
+};
+
+/// PostgreSQL.
+pub(crate) const POSTGRES: ImageSpec = ImageSpec {
+    packages: &["postgresql"],
+    entrypoint: ("/usr/local/bin/leaf-testbed-postgres", POSTGRES_ENTRYPOINT),
+    port: 5432,
+};

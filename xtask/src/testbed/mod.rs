@@ -4,8 +4,9 @@
 //! Each image is a minimal Debian root (`debootstrap --variant=minbase`) from the mirror in this
 //! machine's own apt configuration (read at run time, never written into the repository), the
 //! servers installed into it with `apt-get`, an entrypoint script written into it, and
-//! `docker import` with the entrypoint set through `--change`. Another server is one more entry
-//! of [`IMAGES`]: its packages, its entrypoint script, its port and the variable that names it.
+//! `docker import` with the entrypoint set through `--change`. Another server is one more
+//! [`ImageSpec`] (its packages, its entrypoint script, its port), named by its backend's row in
+//! `crate::backends` (its image name and the variable that names it).
 
 mod build;
 mod images;
@@ -17,7 +18,9 @@ use std::path::Path;
 use anyhow::{Result, bail};
 
 pub(crate) use build::{build, cannot_build, chroot_run, debian_root, image_exists, import};
-pub(crate) use images::{IMAGES, ImageSpec};
+pub(crate) use images::{ETCD, ImageSpec, MARIADB, POSTGRES, REDIS, ZOOKEEPER};
+
+use crate::backends::{BACKENDS, Backend, names};
 
 /// `cargo xtask testbed [--force] [BACKEND...]`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
@@ -27,33 +30,33 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         .map(String::as_str)
         .filter(|a| !a.starts_with("--"))
         .collect();
+    let with_image = |b: &Backend| b.server.is_some();
     for name in &wanted {
-        if !IMAGES.iter().any(|i| i.backend == *name) {
+        if !BACKENDS.iter().any(|b| b.name == *name && with_image(b)) {
             bail!(
                 "no testbed image for backend {name:?}; known: {}",
-                IMAGES
-                    .iter()
-                    .map(|i| i.backend)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                names(with_image, ", ")
             );
         }
     }
-    for spec in IMAGES
+    let selected = BACKENDS
         .iter()
-        .filter(|i| wanted.is_empty() || wanted.contains(&i.backend))
-    {
-        if !force && image_exists(spec.image)? {
+        .filter(|b| wanted.is_empty() || wanted.contains(&b.name));
+    for backend in selected {
+        let Some(server) = &backend.server else {
+            continue;
+        };
+        if !force && image_exists(server.image)? {
             println!(
                 "xtask testbed: {} exists (--force rebuilds it); use {}={}",
-                spec.image, spec.image_var, spec.image
+                server.image, server.image_var, server.image
             );
             continue;
         }
-        build(root, spec)?;
+        build(root, backend)?;
         println!(
             "xtask testbed: built {}; use {}={}",
-            spec.image, spec.image_var, spec.image
+            server.image, server.image_var, server.image
         );
     }
     Ok(())

@@ -49,7 +49,7 @@ pub fn load(
     let config: Config = figment.merge(env).extract().map_err(describe)?;
     config.validate()?;
     let mut warnings = warnings;
-    warnings.extend(crate::backend::uncompiled(&config));
+    warnings.extend(super::tables::uncompiled(&config));
     Ok(Loaded {
         config,
         warnings,
@@ -121,9 +121,9 @@ fn known_keys() -> KnownKeys {
         out.leaves.insert(key);
     }
     // Each backend's table, as its compiled-in type's defaults name the keys.
-    for section in crate::backend::BACKENDS {
-        if let Some(Value::Dict(_, d)) = section.defaults.map(|defaults| defaults()) {
-            walk(section.path, &d, &mut out);
+    for choice in crate::backends::choices() {
+        if let Some(Value::Dict(_, d)) = choice.defaults() {
+            walk(choice.path, &d, &mut out);
         }
     }
     out
@@ -236,9 +236,9 @@ pub(super) mod tests {
     /// The keys whose default is a number (the aliases count as numbers but `url`).
     pub(in crate::config) fn known_numeric_keys() -> BTreeSet<String> {
         let mut defaults = Figment::from(Serialized::defaults(Config::default()));
-        for section in crate::backend::BACKENDS {
-            if let Some(d) = section.defaults {
-                defaults = defaults.merge(Serialized::default(section.path, d()));
+        for choice in crate::backends::choices() {
+            if let Some(d) = choice.defaults() {
+                defaults = defaults.merge(Serialized::default(choice.path, d));
             }
         }
         let aliases = crate::config::ALIASES
@@ -294,8 +294,11 @@ pub(super) mod tests {
             other => other,
         };
         // Each table once (the ZooKeeper modes share theirs), read by a compiled-in backend.
-        let paths: BTreeSet<&str> = crate::backend::BACKENDS.iter().map(|b| b.path).collect();
-        for section in paths.into_iter().filter_map(crate::backend::of_table) {
+        let paths: BTreeSet<&str> = crate::backends::choices().map(|c| c.path).collect();
+        for section in paths
+            .into_iter()
+            .filter_map(crate::config::tables::of_table)
+        {
             let (head, name) = section.path.split_once('.').unwrap();
             let tables = match head {
                 "segment" => &mut c.segment.stores,
@@ -304,8 +307,8 @@ pub(super) mod tests {
             let listed = tables
                 .get(name)
                 .unwrap_or_else(|| panic!("[{}]", section.path));
-            if let Some(defaults) = section.defaults {
-                assert_eq!(json(listed), json(&defaults()), "[{}]", section.path);
+            if let Some(defaults) = section.defaults() {
+                assert_eq!(json(listed), json(&defaults), "[{}]", section.path);
             }
             tables.remove(name);
         }
@@ -375,8 +378,8 @@ pub(super) mod tests {
             "log.level",
         ] {
             // A backend's keys are known when its crate is compiled in.
-            let uncompiled = crate::backend::BACKENDS.iter().any(|s| {
-                let built = crate::backend::of_table(s.path).is_some_and(|b| b.compiled());
+            let uncompiled = crate::backends::choices().any(|s| {
+                let built = crate::config::tables::of_table(s.path).is_some_and(|b| b.compiled());
                 key.starts_with(&format!("{}.", s.path)) && !built
             });
             assert!(known.contains(key) || uncompiled, "{key}");

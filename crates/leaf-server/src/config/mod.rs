@@ -10,6 +10,7 @@ mod redact;
 mod sections;
 mod segment;
 mod snowflake;
+pub(crate) mod tables;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -19,9 +20,11 @@ use serde::{Deserialize, Serialize};
 
 pub use load::{Loaded, load};
 pub use redact::redact_url;
+use sections::error_path;
 pub use sections::{Sections, in_section, read};
 pub use segment::{ALIASES, Alias, Range, SegmentSection};
 pub use snowflake::SnowflakeSection;
+pub use tables::ReadTables;
 
 use redact::redacted;
 
@@ -92,6 +95,10 @@ pub struct Config {
     pub segment: SegmentSection,
     /// Snowflake mode.
     pub snowflake: SnowflakeSection,
+    /// The chosen backends' tables as [`validate`](Config::validate) read them, kept for the
+    /// start (a table changed since is read again).
+    #[serde(skip)]
+    pub read: ReadTables,
 }
 
 impl Default for Config {
@@ -102,6 +109,7 @@ impl Default for Config {
             log: LogConfig::default(),
             segment: SegmentSection::default(),
             snowflake: SnowflakeSection::default(),
+            read: ReadTables::default(),
         }
     }
 }
@@ -259,7 +267,7 @@ impl Config {
         self.segment.validate()?;
         self.snowflake.validate()?;
         // The backends' own tables, by their crates' rules.
-        crate::backend::check(self)
+        tables::check(self)
     }
 }
 
@@ -479,8 +487,7 @@ mod tests {
 
     /// Whether `key` is in a backend's table (`segment.mysql.timeout_ms`).
     fn in_backend_table(key: &str) -> bool {
-        let mut tables = crate::backend::BACKENDS.iter();
-        tables.any(|b| key.starts_with(&format!("{}.", b.path)))
+        crate::backends::choices().any(|c| key.starts_with(&format!("{}.", c.path)))
     }
 
     #[test]

@@ -1,0 +1,292 @@
+//! Every backend the server may compose, compiled in or not: one line each in [`BACKENDS`].
+//! A backend crate describes itself with `leaf_core::backend::Backend` (its names, its table
+//! and configuration type, its rules and constructors); [`DynBackend`] is that descriptor with
+//! the type erased, so that the list is a plain table of unit values. A line whose cargo
+//! feature is off keeps the backend's names and feature (a stub), so that asking for it fails
+//! start-up with a message naming the feature.
+//!
+//! This module knows no configuration: `crate::config` reads and checks the backends' tables
+//! through it, and `crate::backend` opens the chosen ones.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::path::Path;
+use std::sync::Arc;
+
+use figment::value::{Dict, Value};
+use leaf_core::backend::{Backend, Registry};
+use leaf_core::{BoxFuture, Error, Result, SegmentStore, StoreCapabilities};
+
+/// A backend, compiled in or not. Built by the `backend!` macro from one line.
+pub(crate) struct Entry {
+    /// The cargo feature of `leaf-server` that compiles it in.
+    pub(crate) feature: &'static str,
+    /// The value of `segment.store` that chooses its store, if it has one.
+    pub(crate) store: Option<&'static str>,
+    /// The value of `snowflake.mode` that chooses its workerId mode, if it has one.
+    pub(crate) mode: Option<&'static str>,
+    /// Its table's name in `[segment]` and `[snowflake]`.
+    pub(crate) table: &'static str,
+    /// `segment.{table}` and `snowflake.{table}`.
+    pub(crate) paths: (&'static str, &'static str),
+    /// The descriptor, when compiled in.
+    pub(crate) imp: Option<&'static dyn DynBackend>,
+}
+
+/// One backend: `backend!("feature", store = "…"|-, mode = "…"|-, table = "…", Type)`.
+macro_rules! backend {
+    (@name -) => { None };
+    (@name $name:literal) => { Some($name) };
+    ($feature:literal, store = $store:tt, mode = $mode:tt, table = $table:literal, $ty:ty) => {
+        Entry {
+            feature: $feature,
+            store: backend!(@name $store),
+            mode: backend!(@name $mode),
+            table: $table,
+            paths: (concat!("segment.", $table), concat!("snowflake.", $table)),
+            #[cfg(feature = $feature)]
+            imp: Some(&Erased::<$ty>(PhantomData)),
+            #[cfg(not(feature = $feature))]
+            imp: None,
+        }
+    };
+}
+
+/// Every backend. Adding one is its crate, its feature, and one line here.
+#[rustfmt::skip]
+pub(crate) const BACKENDS: &[Entry] = &[
+    backend!("sqlite", store = "sqlite", mode = -, table = "sqlite", leaf_registry_local::Sqlite),
+    backend!("local", store = -, mode = "local", table = "local", leaf_registry_local::Local),
+    backend!("zk-normal", store = -, mode = "zk_normal", table = "zk", leaf_registry_zk::ZkNormal),
+    backend!("zk-recycle", store = -, mode = "zk_recycle", table = "zk", leaf_registry_zk::ZkRecycle),
+    backend!("mysql", store = "mysql", mode = "mysql", table = "mysql", leaf_registry_mysql::Mysql),
+    backend!("postgres", store = "postgres", mode = "postgres", table = "postgres", leaf_registry_postgres::Postgres),
+    backend!("etcd", store = "etcd", mode = "etcd", table = "etcd", leaf_registry_etcd::Etcd),
+    backend!("redis", store = "redis", mode = "redis", table = "redis", leaf_registry_redis::Redis),
+];
+
+/// What chooses a backend: `segment.store` or `snowflake.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A segment store, `[segment.<table>]`.
+    Store,
+    /// A workerId mode, `[snowflake.<table>]`.
+    Mode,
+}
+
+/// A backend in one role: a store or a mode, with the key and value that choose it and its
+/// table.
+#[derive(Clone, Copy)]
+pub(crate) struct Choice {
+    /// The key that chooses it: `segment.store` or `snowflake.mode`.
+    pub(crate) key: &'static str,
+    /// The value of `key` that chooses it.
+    pub(crate) name: &'static str,
+    /// Its table: `segment.mysql`, `snowflake.zk`, ...
+    pub(crate) path: &'static str,
+    pub(crate) role: Role,
+    pub(crate) entry: &'static Entry,
+}
+
+impl Choice {
+    /// The cargo feature that compiles it in.
+    pub(crate) fn feature(&self) -> &'static str {
+        self.entry.feature
+    }
+
+    /// The descriptor, when compiled in.
+    pub(crate) fn imp(&self) -> Option<&'static dyn DynBackend> {
+        self.entry.imp
+    }
+
+    /// Whether it is compiled in.
+    pub(crate) fn compiled(&self) -> bool {
+        self.entry.imp.is_some()
+    }
+
+    /// The table's name within its section (`mysql` of `segment.mysql`).
+    pub(crate) fn table(&self) -> &'static str {
+        self.entry.table
+    }
+
+    /// Its table's defaults, when compiled in: the keys a `LEAF_` variable may name (a store's
+    /// table leaves out the keys only the mode takes).
+    pub(crate) fn defaults(&self) -> Option<Value> {
+        let imp = self.entry.imp?;
+        let mut defaults = imp.defaults();
+        if self.role == Role::Store
+            && let Value::Dict(_, d) = &mut defaults
+        {
+            d.retain(|k, _| !imp.mode_only_keys().contains(&k.as_str()));
+        }
+        Some(defaults)
+    }
+
+    /// The keys of its table, when compiled in.
+    pub(crate) fn fields(&self) -> Vec<String> {
+        match self.defaults() {
+            Some(Value::Dict(_, d)) => d.into_keys().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The keys its table refuses, naming the section that takes them (a mode's keys in a
+    /// store's table).
+    pub(crate) fn refused(&self) -> &'static [&'static str] {
+        match (self.role, self.entry.imp) {
+            (Role::Store, Some(imp)) => imp.mode_only_keys(),
+            _ => &[],
+        }
+    }
+}
+
+/// Every backend in every role it has: the stores, then the workerId modes, each in the order
+/// of [`BACKENDS`].
+pub(crate) fn choices() -> impl Iterator<Item = Choice> + Clone {
+    let stores = BACKENDS.iter().filter_map(|e| {
+        e.store.map(|name| Choice {
+            key: "segment.store",
+            name,
+            path: e.paths.0,
+            role: Role::Store,
+            entry: e,
+        })
+    });
+    let modes = BACKENDS.iter().filter_map(|e| {
+        e.mode.map(|name| Choice {
+            key: "snowflake.mode",
+            name,
+            path: e.paths.1,
+            role: Role::Mode,
+            entry: e,
+        })
+    });
+    stores.chain(modes)
+}
+
+/// A backend's configuration once read and checked: its typed value, shared.
+pub(crate) type Typed = Arc<dyn Any + Send + Sync>;
+
+/// Why a table could not be read.
+pub(crate) enum ReadError {
+    /// Not the backend's type (an unknown key, a wrong type): figment's error.
+    Parse(Box<figment::Error>),
+    /// The backend's `validate` refused a value.
+    Invalid(Error),
+}
+
+/// `leaf_core::backend::Backend` with its configuration type erased.
+pub(crate) trait DynBackend: Sync {
+    /// The configuration's defaults, as the type serialises them.
+    fn defaults(&self) -> Value;
+    /// Keys only the workerId mode takes.
+    fn mode_only_keys(&self) -> &'static [&'static str];
+    /// The descriptor's own names: `(STORE, MODE, TABLE)`.
+    #[allow(
+        dead_code,
+        reason = "the test that each line's names are its descriptor's"
+    )]
+    fn names(&self) -> (Option<&'static str>, Option<&'static str>, &'static str);
+    /// `value` read as the configuration type and validated.
+    fn read(&self, value: &Value) -> std::result::Result<Typed, ReadError>;
+    /// What the store of `config` can do.
+    fn store_capabilities(&self, config: &Typed) -> StoreCapabilities;
+    /// Opens the store of `config` for the leaf name `name`.
+    fn open_store(
+        &self,
+        config: Typed,
+        name: String,
+    ) -> BoxFuture<'static, Result<Arc<dyn SegmentStore>>>;
+    /// The workerId mode's registry on `config`.
+    fn open_registry(&self, config: &Typed, cache_dir: &Path, name: &str) -> Result<Registry>;
+}
+
+/// A descriptor as a value: the erased twin of `D`.
+pub(crate) struct Erased<D>(pub(crate) PhantomData<fn() -> D>);
+
+/// The typed configuration inside `config`: read by the same descriptor, so always of its
+/// type.
+fn typed<D: Backend>(config: &Typed) -> Result<&D::Config> {
+    config.downcast_ref::<D::Config>().ok_or_else(|| {
+        Error::Config(format!(
+            "the configuration of {} is not of its type",
+            D::TABLE
+        ))
+    })
+}
+
+impl<D: Backend> DynBackend for Erased<D> {
+    fn defaults(&self) -> Value {
+        Value::serialize(D::Config::default()).unwrap_or_else(|_| Value::from(Dict::new()))
+    }
+
+    fn mode_only_keys(&self) -> &'static [&'static str] {
+        D::MODE_ONLY_KEYS
+    }
+
+    fn names(&self) -> (Option<&'static str>, Option<&'static str>, &'static str) {
+        (D::STORE, D::MODE, D::TABLE)
+    }
+
+    fn read(&self, value: &Value) -> std::result::Result<Typed, ReadError> {
+        let config: D::Config = value
+            .deserialize()
+            .map_err(|e| ReadError::Parse(Box::new(e)))?;
+        D::validate(&config).map_err(ReadError::Invalid)?;
+        Ok(Arc::new(config))
+    }
+
+    fn store_capabilities(&self, config: &Typed) -> StoreCapabilities {
+        typed::<D>(config).map_or(StoreCapabilities::new(false, false), D::store_capabilities)
+    }
+
+    fn open_store(
+        &self,
+        config: Typed,
+        name: String,
+    ) -> BoxFuture<'static, Result<Arc<dyn SegmentStore>>> {
+        Box::pin(async move { D::open_store(typed::<D>(&config)?, &name).await })
+    }
+
+    fn open_registry(&self, config: &Typed, cache_dir: &Path, name: &str) -> Result<Registry> {
+        D::open_registry(typed::<D>(config)?, cache_dir, name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line's names are its descriptor's: the stub of a backend not compiled in says what
+    /// the crate would.
+    #[test]
+    fn each_lines_names_are_its_descriptors() {
+        for e in BACKENDS {
+            if let Some(imp) = e.imp {
+                assert_eq!(imp.names(), (e.store, e.mode, e.table), "{}", e.feature);
+            }
+        }
+    }
+
+    #[test]
+    fn the_roles_in_order() {
+        let names: Vec<(&str, &str, &str)> = choices().map(|c| (c.key, c.name, c.path)).collect();
+        assert_eq!(
+            names,
+            [
+                ("segment.store", "sqlite", "segment.sqlite"),
+                ("segment.store", "mysql", "segment.mysql"),
+                ("segment.store", "postgres", "segment.postgres"),
+                ("segment.store", "etcd", "segment.etcd"),
+                ("segment.store", "redis", "segment.redis"),
+                ("snowflake.mode", "local", "snowflake.local"),
+                ("snowflake.mode", "zk_normal", "snowflake.zk"),
+                ("snowflake.mode", "zk_recycle", "snowflake.zk"),
+                ("snowflake.mode", "mysql", "snowflake.mysql"),
+                ("snowflake.mode", "postgres", "snowflake.postgres"),
+                ("snowflake.mode", "etcd", "snowflake.etcd"),
+                ("snowflake.mode", "redis", "snowflake.redis"),
+            ]
+        );
+    }
+}
