@@ -267,26 +267,4 @@ mod tests {
             }
         }
     }
-
-    #[test]
-    fn the_roles_in_order() {
-        let names: Vec<(&str, &str, &str)> = choices().map(|c| (c.key, c.name, c.path)).collect();
-        assert_eq!(
-            names,
-            [
-                ("segment.store", "sqlite", "segment.sqlite"),
-                ("segment.store", "mysql", "segment.mysql"),
-                ("segment.store", "postgres", "segment.postgres"),
-                ("segment.store", "etcd", "segment.etcd"),
-                ("segment.store", "redis", "segment.redis"),
-                ("snowflake.mode", "local", "snowflake.local"),
-                ("snowflake.mode", "zk_normal", "snowflake.zk"),
-                ("snowflake.mode", "zk_recycle", "snowflake.zk"),
-                ("snowflake.mode", "mysql", "snowflake.mysql"),
-                ("snowflake.mode", "postgres", "snowflake.postgres"),
-                ("snowflake.mode", "etcd", "snowflake.etcd"),
-                ("snowflake.mode", "redis", "snowflake.redis"),
-            ]
-        );
-    }
 }
