@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
-use crate::testbed::{ETCD, ImageSpec, MARIADB, POSTGRES, REDIS, ZOOKEEPER};
+use crate::testbed::images::{ETCD, ImageSpec, MARIADB, POSTGRES, REDIS, ZOOKEEPER};
 
 /// One backend.
 pub(crate) struct Backend {

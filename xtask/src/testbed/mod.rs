@@ -9,7 +9,7 @@
 //! `crate::backends` (its image name and the variable that names it).
 
 mod build;
-mod images;
+pub(crate) mod images;
 mod mirror;
 mod rootfs;
 
@@ -18,7 +18,6 @@ use std::path::Path;
 use anyhow::{Result, bail};
 
 pub(crate) use build::{build, cannot_build, chroot_run, debian_root, image_exists, import};
-pub(crate) use images::{ETCD, ImageSpec, MARIADB, POSTGRES, REDIS, ZOOKEEPER};
 
 use crate::backends::{BACKENDS, Backend, names};
 
