@@ -57,3 +57,48 @@ impl Backend for Mysql {
         Ok(Registry::without_peers(Arc::new(registry)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statements of the workspace README's "Running on MySQL" that create `table`.
+    fn shown_ddl(table: &str) -> Vec<String> {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("## Running on MySQL").expect("the section");
+        let end = readme[start + 1..]
+            .find("\n## ")
+            .map_or(readme.len(), |e| start + 1 + e);
+        let head = format!("CREATE TABLE {table} (");
+        readme[start..end]
+            .split("```sql")
+            .skip(1)
+            .filter_map(|b| b.split("```").next())
+            .flat_map(|b| b.split_inclusive(';'))
+            .map(|s| {
+                s.lines()
+                    .filter(|l| !l.trim_start().starts_with("--"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .filter(|s| s.trim_start().starts_with(&head))
+            .collect()
+    }
+
+    /// Whitespace carries no meaning in these statements; the docs spread them over lines.
+    fn squeezed(sql: &str) -> String {
+        sql.split_whitespace().collect()
+    }
+
+    #[test]
+    fn the_readme_shows_the_ddl_the_server_runs() {
+        for (table, ddl) in [
+            ("leaf_alloc", LEAF_ALLOC_DDL),
+            ("leaf_workerid_alloc", LEAF_WORKERID_ALLOC_DDL),
+        ] {
+            let shown = shown_ddl(table);
+            assert_eq!(shown.len(), 1, "{table}: {shown:?}");
+            assert_eq!(squeezed(&shown[0]), squeezed(ddl), "{table}");
+        }
+    }
+}

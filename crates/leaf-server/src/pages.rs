@@ -189,6 +189,8 @@ pub(crate) struct NodeInfo<'a> {
     pub listen: String,
     /// When the process started (Unix ms).
     pub started_ms: u64,
+    /// What leaves the node on the embedded one-node default, one sentence each.
+    pub one_node: &'a [String],
     /// Segment mode, `None` when disabled.
     pub segment: Option<ModeInfo<'a>>,
     /// Snowflake mode, `None` when disabled; the worker id once one is held.
@@ -197,7 +199,19 @@ pub(crate) struct NodeInfo<'a> {
 
 /// `/`: the node, its modes and their readiness, and the way to every page.
 pub(crate) fn index_page(node: &NodeInfo<'_>, now_ms: u64, refresh_s: Option<u32>) -> String {
-    let mut b = String::from("<dl>");
+    let mut b = String::new();
+    if !node.one_node.is_empty() {
+        b.push_str(
+            "<section id=\"one-node\"><h2 class=\"bad\">For one node only</h2>\
+             <p>This node runs on the embedded default; a second node on it would issue the \
+             same IDs.</p><ul>",
+        );
+        for w in node.one_node {
+            let _ = write!(b, "<li>{}</li>", escape(w));
+        }
+        b.push_str("</ul></section>\n");
+    }
+    b.push_str("<dl>");
     let _ = write!(
         b,
         "<dt>Node</dt><dd>{}</dd><dt>Listening on</dt><dd>{}</dd><dt>Leaf name</dt><dd>{}</dd>\

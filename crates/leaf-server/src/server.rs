@@ -29,6 +29,7 @@ use crate::api::app;
 use crate::backend;
 use crate::config::{Config, Loaded, ServerConfig};
 use crate::identity;
+use crate::layout_record;
 use crate::metrics::Metrics;
 use crate::peer_clock;
 use crate::state::{AppState, LoadMetrics, SegmentService, SnowflakeService};
@@ -92,6 +93,9 @@ pub async fn start(config: &Config, local: SocketAddr) -> anyhow::Result<Running
     let layout = config.snowflake.layout()?;
     crate::config::SnowflakeSection::check_layout_now(&layout, clock.now_ms())?;
     let warm_file = warm::path(&config.snowflake.cache_dir, &config.name);
+    for warning in crate::one_node::warnings(config) {
+        tracing::warn!("{warning}");
+    }
     let mut tasks = Vec::new();
 
     let segment = if config.segment.enabled {
@@ -257,6 +261,9 @@ async fn start_snowflake(
     clock: &Arc<dyn Clock>,
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<SnowflakeService> {
+    // Before any worker id is claimed: a node restarted with another layout issues nothing.
+    let layout = config.snowflake.layout()?;
+    layout_record::check_or_record(&config.snowflake.cache_dir, &config.name, &layout)?;
     let identity = identity::node_identity(&config.snowflake, listen_port)?;
     let leaf_core::backend::Registry {
         worker: registry,
@@ -276,7 +283,6 @@ async fn start_snowflake(
             return Ok(SnowflakeService::refused(why));
         }
     }
-    let layout = config.snowflake.layout()?;
     let generator_config = config.snowflake.generator_config(layout);
     tracing::info!(mode = registry.mode(), %identity, "starting snowflake mode");
     let first = Snowflake::start(

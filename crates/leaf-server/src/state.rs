@@ -24,6 +24,7 @@ pub struct AppState {
 #[derive(Debug)]
 struct Shared {
     node: Node,
+    one_node_warnings: Vec<String>,
     admin_token: String,
     client_token: String,
     metrics_token: String,
@@ -59,6 +60,7 @@ impl AppState {
                     segment_store: config.segment.store.clone(),
                     snowflake_mode: config.snowflake.mode.clone(),
                 },
+                one_node_warnings: crate::one_node::warnings(config),
                 admin_token: config.server.admin_token.clone(),
                 client_token: config.server.client_token.clone(),
                 metrics_token: config.server.metrics_token.clone(),
@@ -77,6 +79,11 @@ impl AppState {
     /// What the console says of this node.
     pub fn node(&self) -> &Node {
         &self.inner.node
+    }
+
+    /// What leaves this node on the one-node default (see `one_node`), for the console.
+    pub(crate) fn one_node_warnings(&self) -> &[String] {
+        &self.inner.one_node_warnings
     }
 
     /// The configured admin token; empty when none.

@@ -1082,6 +1082,32 @@ async fn the_console_shows_the_node_and_every_page_links_to_the_others() {
     assert!(sf.contains("Worker id</dt><dd>5 (of 0..=1,023)"), "{sf}");
 }
 
+/// The embedded default is for one node: the index says so, naming what to set, and says
+/// nothing once the configuration leaves it.
+#[tokio::test]
+async fn the_index_warns_on_the_one_node_default_and_only_there() {
+    let index = get(&fixture().await.app, "/").await.text();
+    assert!(index.contains("For one node only"), "{index}");
+    for named in [
+        "segment.store",
+        "snowflake.local.worker_id",
+        "snowflake.mode",
+    ] {
+        assert!(index.contains(named), "{named}: {index}");
+    }
+    let mut config = Setup::default().config;
+    config.segment.store = "mysql".into();
+    config.snowflake.mode = "zk_recycle".into();
+    let f = Setup {
+        config,
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    let index = get(&f.app, "/").await.text();
+    assert!(!index.contains("For one node only"), "{index}");
+}
+
 #[tokio::test]
 async fn console_refresh_is_opt_in_and_checked() {
     let f = fixture().await;

@@ -206,6 +206,53 @@ fn run_expecting_failure(dir: &Path, extra: &[(&str, &str)], args: &[&str]) -> S
     err
 }
 
+/// The embedded default warns at start-up that it is for one node, naming what to set; and a
+/// node restarted with another snowflake layout than the one it issued with stops start-up,
+/// naming each key, until the recorded layout is set again.
+#[test]
+fn the_one_node_default_is_logged_and_a_changed_layout_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), 1);
+    let first = s.served("GET", "/api/snowflake/get/x").id();
+    let (status, log) = s.sigterm();
+    assert!(status.success(), "{log}");
+    for named in ["segment.store", "snowflake.local.worker_id"] {
+        assert!(
+            log.lines().any(|l| l.contains("WARN") && l.contains(named)),
+            "a start-up warning names {named}:\n{log}"
+        );
+    }
+    let recorded = dir.path().join("leaf-data/leaf.layout");
+    assert!(
+        recorded.is_file(),
+        "the layout is recorded beside the cache file"
+    );
+
+    for (changed, named) in [
+        (
+            vec![("LEAF_SNOWFLAKE__EPOCH_MS", "1500000000000")],
+            "snowflake.epoch_ms is 1500000000000, recorded 1288834974657",
+        ),
+        (
+            vec![
+                ("LEAF_SNOWFLAKE__WORKER_BITS", "8"),
+                ("LEAF_SNOWFLAKE__SEQUENCE_BITS", "14"),
+            ],
+            "snowflake.worker_bits is 8, recorded 10, snowflake.sequence_bits is 14, recorded 12",
+        ),
+    ] {
+        let err = run_expecting_failure(dir.path(), &changed, &[]);
+        assert!(err.contains(named), "{named}: {err}");
+        assert!(err.contains("leaf.layout"), "names the record: {err}");
+    }
+
+    // The recorded layout starts again, and goes on past the IDs it issued.
+    let s = Server::start(dir.path(), 2);
+    let next = s.served("GET", "/api/snowflake/get/x").id();
+    assert!(next > first, "{next} after {first}");
+    assert!(s.sigterm().0.success());
+}
+
 #[test]
 fn a_typo_in_a_config_key_fails_start_up_naming_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -235,7 +235,8 @@ fn the_compose_recipe_fits_the_server() {
                 let v = v
                     .as_str()
                     .unwrap()
-                    .replace("${MARIADB_ROOT_PASSWORD:-leaf}", "leaf");
+                    .replace("${MARIADB_ROOT_PASSWORD:-leaf}", "leaf")
+                    .replace("${ADMIN_TOKEN:-}", "t0ken-of-the-operator");
                 (k.as_str().unwrap().to_owned(), v)
             })
             .collect();
@@ -250,6 +251,8 @@ fn the_compose_recipe_fits_the_server() {
         let config = load(None, &env, uncompiled).config;
         assert_eq!(config.snowflake.mode, "zk_recycle");
         assert_eq!(config.segment.store, "mysql");
+        // The README's ADMIN_TOKEN opens the admin routes through the published ports.
+        assert_eq!(config.server.admin_token, "t0ken-of-the-operator");
         assert!(
             config.snowflake.ip.is_empty(),
             "each node finds its address"

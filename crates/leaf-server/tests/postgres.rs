@@ -333,3 +333,108 @@ async fn a_refused_password_fails_start_up_without_showing_it() {
         .await
         .unwrap();
 }
+
+// ---- The README's "Running on PostgreSQL", followed as written -----------------------------
+
+/// The README's section, whitespace squeezed, and its blocks of `lang`.
+fn readme_postgres(lang: &str) -> (String, Vec<String>) {
+    let readme = include_str!("../../../README.md");
+    let start = readme
+        .find("## Running on PostgreSQL")
+        .expect("the section");
+    let end = readme[start + 1..]
+        .find("\n## ")
+        .map_or(readme.len(), |e| start + 1 + e);
+    let section = &readme[start..end];
+    let blocks = section
+        .split(&format!("```{lang}\n"))
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().to_owned())
+        .collect();
+    (
+        section.split_whitespace().collect::<Vec<_>>().join(" "),
+        blocks,
+    )
+}
+
+/// The role and database of the README, made by its statements (as a superuser), the
+/// server started on its `leaf.toml`, the tag added by its `INSERT` and the sequence moved by
+/// its `setval`, both as that role: IDs of both modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_postgresql_section_runs_as_written() {
+    let (db, root) = database().await;
+    let (text, sql) = readme_postgres("sql");
+    let (_, tomls) = readme_postgres("toml");
+    assert_eq!((sql.len(), tomls.len()), (1, 1));
+    let suffix = format!("{:010x}", fastrand::u64(..) >> 24);
+    let (role, database, password) = (
+        format!("ltreadme{suffix}"),
+        format!("ltreadme{suffix}"),
+        format!("pw{:016x}", fastrand::u64(..)),
+    );
+    for statement in sql[0].split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let statement = statement
+            .replace("ROLE leaf ", &format!("ROLE {role} "))
+            .replace(
+                "DATABASE leaf OWNER leaf",
+                &format!("DATABASE {database} OWNER {role}"),
+            )
+            .replace("'change-me'", &format!("'{password}'"));
+        root.execute(AssertSqlSafe(statement.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let (scheme, rest) = db.url.split_once("://").unwrap();
+    let host = rest[rest.rfind('@').map_or(0, |i| i + 1)..]
+        .split('/')
+        .next()
+        .unwrap();
+    let url = format!("{scheme}://{role}:{password}@{host}/{database}");
+    // The testbed's server has no TLS: `sslmode=require` would refuse it, as it should.
+    let shown = "postgres://leaf:change-me@db.internal:5432/leaf?sslmode=require";
+    assert!(tomls[0].contains(shown), "{}", tomls[0]);
+    let toml = tomls[0]
+        .replace(shown, &format!("{url}?sslmode=prefer"))
+        .replace("ip = \"10.0.0.5\"", "ip = \"127.0.0.1\"")
+        .replace("cache_dir = \"/var/lib/leaf\"", "cache_dir = \"state\"");
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().to_path_buf();
+    let node = tokio::task::spawn_blocking(move || {
+        std::fs::write(base.join("leaf.toml"), toml).unwrap();
+        let mut s = Server::spawn(&base, free_port(), 1, &[] as &[(&str, &str)]);
+        s.wait_for("/readyz", Duration::from_secs(60));
+        s
+    })
+    .await
+    .unwrap();
+
+    let as_role = PgPool::connect(&url).await.unwrap();
+    let insert = "INSERT INTO leaf_alloc (biz_tag, max_id, step) VALUES ('order', 1, 2000)";
+    let setval = "SELECT setval(pg_get_serial_sequence('leaf_workerid_alloc', 'id'), max(id)) \
+                  FROM leaf_workerid_alloc";
+    for statement in [insert, setval] {
+        assert!(text.contains(statement), "the README shows {statement}");
+        as_role
+            .execute(statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let (segment, snowflake) = tokio::task::spawn_blocking(move || {
+        let got = (
+            node.get("/api/segment/get/order").body,
+            node.get("/api/snowflake/get/x").status,
+        );
+        assert!(node.sigterm().0.success());
+        got
+    })
+    .await
+    .unwrap();
+    assert_eq!((segment.as_str(), snowflake), ("1", 200));
+    as_role.close().await;
+    for cleanup in [
+        format!("DROP DATABASE {database}"),
+        format!("DROP ROLE {role}"),
+    ] {
+        root.execute(AssertSqlSafe(cleanup)).await.unwrap();
+    }
+}

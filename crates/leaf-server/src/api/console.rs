@@ -51,6 +51,7 @@ pub(super) async fn index(
         identity: generator.map(|g| g.identity().to_string()),
         listen: node.listen.clone(),
         started_ms: node.started_ms,
+        one_node: state.one_node_warnings(),
         segment: state.segment_service().map(|s| ModeInfo {
             kind: &node.segment_store,
             readiness: s.readiness(),

@@ -1,0 +1,108 @@
+//! The embedded default is for one node: segment mode on an SQLite file of this machine and
+//! snowflake mode on the `local` worker id 0. Two nodes started on it behind one load balancer
+//! hand out the same segment IDs and the same snowflake IDs, and nothing else would say so: the
+//! server logs these warnings at start-up and the console's index shows them.
+
+use crate::config::Config;
+
+/// What the configuration leaves on a one-node default, one sentence each naming what to set
+/// for a second node; empty when neither enabled mode is on one.
+pub(crate) fn warnings(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if config.segment.enabled && config.segment.store == "sqlite" {
+        out.push(
+            "segment mode runs on the embedded SQLite store (segment.store = \"sqlite\"): its \
+             IDs are unique only among the processes of this machine that share its file. \
+             Before a second node serves, set segment.store to a shared store (mysql, postgres, \
+             etcd or redis) and its segment.url, the same on every node"
+                .into(),
+        );
+    }
+    if config.snowflake.enabled && config.snowflake.mode == "local" && on_default_worker_id(config)
+    {
+        out.push(
+            "snowflake mode runs on the local workerId mode with worker id 0, the default: a \
+             second node on the default issues the same IDs. Give each node its own \
+             snowflake.local.worker_id (or snowflake.local.work_id_map, or worker_id_from = \
+             \"hostname_ordinal\"), or set snowflake.mode to a shared registry (mysql, \
+             postgres, zk_normal, zk_recycle, etcd or redis)"
+                .into(),
+        );
+    }
+    out
+}
+
+/// Whether `[snowflake.local]` gives this node worker id 0 from `worker_id` alone (no map, no
+/// host-name ordinal).
+#[cfg(feature = "local")]
+fn on_default_worker_id(config: &Config) -> bool {
+    use leaf_registry_local::{LocalRegistryConfig, WorkerIdFrom};
+    // A table that does not read is refused at load; here it only means "not the default".
+    crate::config::read::<LocalRegistryConfig>(
+        config.snowflake.backends.get("local"),
+        "snowflake.local",
+    )
+    .is_ok_and(|local| {
+        local.worker_id_from == WorkerIdFrom::Config
+            && local.work_id_map.is_empty()
+            && local.worker_id == 0
+    })
+}
+
+/// Without the `local` feature the mode cannot start at all, and says so.
+#[cfg(not(feature = "local"))]
+fn on_default_worker_id(_: &Config) -> bool {
+    false
+}
+
+#[cfg(all(test, feature = "local", feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    fn loaded(vars: &[(&str, &str)]) -> Config {
+        let env = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        crate::config::load(None, env).unwrap().config
+    }
+
+    /// `(segment warned, snowflake warned)` for the configuration of `vars`.
+    fn check(vars: &[(&str, &str)], expect: (bool, bool)) {
+        let w = warnings(&loaded(vars));
+        let got = (
+            w.iter().any(|m| m.starts_with("segment mode")),
+            w.iter().any(|m| m.starts_with("snowflake mode")),
+        );
+        assert_eq!(got, expect, "{vars:?}: {w:?}");
+        assert_eq!(w.len(), usize::from(got.0) + usize::from(got.1), "{w:?}");
+    }
+
+    #[test]
+    fn the_defaults_warn_for_both_modes_naming_what_to_set() {
+        let w = warnings(&Config::default());
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("segment.store") && w[0].contains("segment.url"));
+        assert!(w[1].contains("snowflake.local.worker_id") && w[1].contains("snowflake.mode"));
+        check(&[], (true, true));
+    }
+
+    #[test]
+    fn shared_stores_and_own_worker_ids_are_not_warned_about() {
+        let mysql = ("LEAF_SEGMENT__STORE", "mysql");
+        check(&[mysql], (false, true));
+        check(&[("LEAF_SEGMENT__ENABLED", "false")], (false, true));
+        check(&[("LEAF_SNOWFLAKE__ENABLED", "false")], (true, false));
+        check(&[("LEAF_SNOWFLAKE__MODE", "zk_recycle")], (true, false));
+        check(&[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID", "3")], (true, false));
+        check(
+            &[(
+                "LEAF_SNOWFLAKE__LOCAL__WORK_ID_MAP",
+                "{\"10.0.0.1:8080\" = 0}",
+            )],
+            (true, false),
+        );
+        check(
+            &[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_FROM", "hostname_ordinal")],
+            (true, false),
+        );
+        check(&[mysql, ("LEAF_SNOWFLAKE__MODE", "mysql")], (false, false));
+    }
+}
