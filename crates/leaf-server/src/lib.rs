@@ -12,6 +12,7 @@ mod hosts;
 mod identity;
 pub mod logging;
 pub mod metrics;
+mod ops;
 mod pages;
 pub mod peer_clock;
 pub mod probe;
