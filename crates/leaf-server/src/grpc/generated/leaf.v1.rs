@@ -234,6 +234,9 @@ pub struct ErrorDetail {
     /// The HTTP status the twin route answers (404, 400, 503, ...).
     #[prost(uint32, tag = "2")]
     pub http_status: u32,
+    /// For UNAVAILABLE: seconds to wait before retrying (the twin's `Retry-After`); else 0.
+    #[prost(uint32, tag = "3")]
+    pub retry_after_s: u32,
 }
 /// Generated client implementations.
 pub mod segment_client {
