@@ -378,9 +378,17 @@ impl Frontend {
     }
 
     async fn call(self, req: hyper::Request<Incoming>) -> Result<Response, Infallible> {
+        if !is_grpc(req.headers()) {
+            return self.http.clone().call(req).await;
+        }
         match &self.grpc {
-            Some(grpc) if is_grpc(req.headers()) => grpc.call(req).await,
-            _ => self.http.clone().call(req).await,
+            Some(grpc) => grpc.call(req).await,
+            // An HTTP 404 would reach a gRPC client as a garbled protocol error.
+            None => Ok(tonic::Status::unimplemented(
+                "gRPC is turned off on this server (server.grpc = false); its HTTP API serves \
+                 on this port",
+            )
+            .into_http()),
         }
     }
 }

@@ -21,13 +21,14 @@ use std::convert::Infallible;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, Request, Response, header};
+use axum::http::{HeaderMap, Request, Response, StatusCode, header};
 use tonic::service::Routes;
 use tower::Service as _;
 
 pub use observe::METHODS;
 pub(crate) use status::status;
 
+use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The code generated from `proto/leaf/v1/leaf.proto` (committed; `tests/proto.rs` fails when it
@@ -83,9 +84,28 @@ impl Grpc {
         }
         req.extensions_mut().insert(CalledAs(called_as));
         let Ok(resp) = self.routes.clone().call(req).await;
-        let resp = resp.map(Body::new);
+        let resp = if is_tonics_size_refusal(resp.headers()) {
+            let limit = self.state.max_body_bytes();
+            status(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the message is larger than server.max_body_bytes ({limit} bytes)"),
+            ))
+            .into_http::<Body>()
+        } else {
+            resp.map(Body::new)
+        };
         Ok(observe::observe(resp, &self.state, method, start))
     }
+}
+
+/// Whether an answer is tonic's refusal of a request message above the size limit: tonic says
+/// `OUT_OF_RANGE` (which here means a tag's IDs ran out, and always carries Leaf's details),
+/// where gRPC's status codes say `RESOURCE_EXHAUSTED`.
+fn is_tonics_size_refusal(headers: &HeaderMap) -> bool {
+    headers
+        .get("grpc-status")
+        .is_some_and(|c| c.as_bytes() == b"11")
+        && !headers.contains_key("grpc-status-details-bin")
 }
 
 /// Whether a request is gRPC: `Content-Type: application/grpc`, alone or with a `+format`

@@ -111,7 +111,9 @@ impl http_body::Body for Observed {
             Some(Err(_)) => Some(Code::Internal),
             None => Some(Code::Unknown),
         };
-        if let (Some(code), Some(pending)) = (code, self.pending.take()) {
+        if let Some(code) = code
+            && let Some(pending) = self.pending.take()
+        {
             pending.record(code);
         }
         Poll::Ready(frame)
