@@ -1,7 +1,7 @@
 //! `cargo xtask`: the commands CI runs, so that a person can run the same thing.
 //!
 //! - `cargo xtask ci`: format check, clippy with `-D warnings`, the conformance suite on
-//!   provisioned servers, every other test.
+//!   provisioned servers, every other test, the Python client's test of the gRPC API.
 //! - `cargo xtask bench [--quick] [--stores LIST]`: the criterion benchmarks and one summary
 //!   table; with `--stores`, the segment stores' allocation benchmark.
 //! - `cargo xtask image`: the `leaf-server:local` container image, from Debian packages.
@@ -16,12 +16,14 @@ mod bench;
 mod bench_http;
 mod conformance;
 mod image;
+mod python;
 mod testbed;
 
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test
+  ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test,
+                  then the Python client's test of the gRPC API
   bench [--quick] run the criterion benchmarks and print the summary table
   bench [--quick] --stores sqlite,mysql,postgres,...
                   the segment stores' allocation benchmark, one after the other, on
@@ -33,6 +35,8 @@ commands:
   conformance [--backend NAME]
                   run the backend crates' tests on provisioned servers (sqlite, local, mysql, postgres,
                   zk, etcd, redis, cluster)
+  python          the Python client's test of the gRPC API against the leaf-server binary, in a
+                  virtual environment of clients/python/requirements.txt (made when missing)
   testbed [--force] [BACKEND...]
                   build the servers' test images locally from Debian packages (needs root)
   image [--features F] [--tag T]
@@ -56,6 +60,7 @@ fn run() -> Result<()> {
         Some("conformance") => conformance::run(&root, &args[1..]),
         Some("testbed") => testbed::run(&root, &args[1..]),
         Some("image") => image::run(&root, &args[1..]),
+        Some("python") => python::run(&root),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -99,6 +104,7 @@ fn ci(root: &Path) -> Result<()> {
     cargo_with_env(root, "tests", &args, &env)?;
     args[2] = "--doc";
     cargo(root, "doc tests", &args)?;
+    python::run(root)?;
     println!("xtask ci: all steps passed");
     Ok(())
 }

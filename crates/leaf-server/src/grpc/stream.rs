@@ -7,8 +7,17 @@
 //! to its window plus one encoder buffer, never the whole count; and a client that goes away
 //! (a cancel resets the stream) drops the body and this stream with it: no ID is taken after
 //! that, beyond the chunk being taken at that moment.
+//!
+//! A bulk load drains segments faster than a single request does, and may find both of a tag's
+//! segments spent before the next is loaded (a 503 over HTTP, after `segment.switch_wait_ms`).
+//! A stream asked for all its IDs at once, so such a chunk is tried again, after pauses
+//! growing from 5 to 100 ms, for up to [`RETRY_FOR`]; only then does the stream end with
+//! `UNAVAILABLE`. Other errors end it at once.
 
 use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
@@ -17,6 +26,9 @@ use tonic::Status;
 use super::status;
 use crate::error::ApiError;
 use crate::state::{AppState, GrpcLimits};
+
+/// How long a stream keeps trying a chunk that finds IDs unavailable (HTTP 503).
+pub(super) const RETRY_FOR: Duration = Duration::from_secs(5);
 
 /// The stream of a streamed RPC's answers.
 pub(super) type IdStream<T> = BoxStream<'static, Result<T, Status>>;
@@ -75,9 +87,17 @@ where
             return None;
         }
         let n = left.min(chunk);
-        match take(n as usize).await {
-            Ok(ids) => Some((Ok(wrap(ids)), (left - n, take))),
-            Err(e) => Some((Err(status(e)), (0, take))),
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match take(n as usize).await {
+                Ok(ids) => return Some((Ok(wrap(ids)), (left - n, take))),
+                Err(e) if e.status.as_u16() == 503 && started.elapsed() < RETRY_FOR => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(e) => return Some((Err(status(e)), (0, take))),
+            }
         }
     })
     .boxed()
@@ -148,7 +168,7 @@ mod tests {
         let failing = move |_| {
             calls += 1;
             let r = if calls == 2 {
-                Err(ApiError::unavailable(-3, "down", 1))
+                Err(ApiError::bad_request("no"))
             } else {
                 Ok(vec![1])
             };
@@ -158,7 +178,40 @@ mod tests {
         assert_eq!(got.len(), 2, "nothing after the error");
         assert_eq!(
             got[1].as_ref().unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_chunk_that_finds_ids_unavailable_is_tried_again_for_a_while() {
+        let plan = Plan { count: 3, chunk: 1 };
+        // Unavailable twice, then served: the stream carries on.
+        let mut calls = 0;
+        let flaky = move |_| {
+            calls += 1;
+            let r = if calls == 2 || calls == 3 {
+                Err(ApiError::unavailable(-3, "not ready", 1))
+            } else {
+                Ok(vec![calls])
+            };
+            async move { r }
+        };
+        let got: Vec<_> = ids(plan, flaky, |ids| ids).collect().await;
+        let got: Vec<Vec<i64>> = got.into_iter().map(Result::unwrap).collect();
+        assert_eq!(got, [vec![1], vec![4], vec![5]]);
+        // Unavailable for ever: the stream ends with UNAVAILABLE once RETRY_FOR has passed.
+        let start = tokio::time::Instant::now();
+        let down = |_| async { Err::<Vec<i64>, _>(ApiError::unavailable(-3, "down", 1)) };
+        let got: Vec<_> = ids(plan, down, |ids| ids).collect().await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            got[0].as_ref().unwrap_err().code(),
             tonic::Code::Unavailable
+        );
+        let waited = start.elapsed();
+        assert!(
+            waited >= RETRY_FOR && waited < RETRY_FOR + Duration::from_millis(200),
+            "{waited:?}"
         );
     }
 }
