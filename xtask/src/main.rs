@@ -28,10 +28,11 @@ commands:
   bench [--quick] --stores sqlite,mysql,postgres,...
                   the segment stores' allocation benchmark, one after the other, on
                   provisioned servers (the testbed images), and a table of the means
-  bench-http [SECONDS] [--store mysql|postgres|redis|etcd]... [--snowflake-load [--server PATH]]
+  bench-http [SECONDS] [--store mysql|postgres|redis|etcd]... [--snowflake-load [--server PATH]] [--grpc]
                   the release leaf-server under oha: req/s, latency, batches, RSS, start-up;
                   with --store (repeatable): segment mode on SQLite beside those stores;
-                  with --snowflake-load: segment latency alone and under snowflake batches
+                  with --snowflake-load: segment latency alone and under snowflake batches;
+                  with --grpc: the gRPC API beside the HTTP routes, both from leaf-loadgen
   conformance [--backend NAME]
                   run the backend crates' tests on provisioned servers (sqlite, local, mysql, postgres,
                   zk, etcd, redis, cluster)
