@@ -13,6 +13,16 @@
 //! (`StreamSegmentIds { tag, count, chunk }`, one stream after another). Prints one JSON
 //! object: requests, IDs, errors, seconds, and latency percentiles in milliseconds (for a
 //! stream: per stream).
+//!
+//! ```text
+//! leaf-loadgen --bare ADDR
+//! ```
+//!
+//! serves the baseline instead: a bare hyper server (the same auto HTTP/1.1 + HTTP/2 builder as
+//! leaf-server) whose only work is an atomic increment, answering any HTTP/1.1 request with the
+//! number as text and any gRPC request as a unary call answers (headers, one message `{ids:
+//! [n]}`, trailers with `grpc-status: 0`). It prints its address and serves until killed. The
+//! ratio of its two protocols is the transport's, with no ID service in it.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -96,6 +106,14 @@ struct Tally {
 }
 
 fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some("--bare") {
+        let addr = args.next().context("--bare ADDR")?;
+        return tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(bare(&addr));
+    }
     let o = parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -297,6 +315,87 @@ async fn grpc(o: &Options, deadline: Instant) -> Result<Tally> {
         }
     }
     Ok(t)
+}
+
+/// The baseline server of `--bare`.
+async fn bare(addr: &str) -> Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("{}", listener.local_addr()?);
+    let counter = Arc::new(AtomicU64::new(0));
+    loop {
+        let (stream, _) = listener.accept().await?;
+        stream.set_nodelay(true)?;
+        let counter = counter.clone();
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+            async move {
+                let grpc = req
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+                let _ = req.into_body().collect().await;
+                let resp = if grpc {
+                    let mut ids = Vec::new();
+                    varint(n, &mut ids);
+                    let mut msg = vec![0x0a, ids.len() as u8];
+                    msg.extend_from_slice(&ids);
+                    let mut framed = vec![0u8];
+                    framed.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+                    framed.extend_from_slice(&msg);
+                    let mut trailers = hyper::HeaderMap::new();
+                    trailers.insert("grpc-status", hyper::header::HeaderValue::from_static("0"));
+                    Response::builder()
+                        .header("content-type", "application/grpc")
+                        .body(Unary {
+                            data: Some(framed.into()),
+                            trailers: Some(trailers),
+                        })?
+                } else {
+                    Response::builder()
+                        .header("content-type", "text/plain")
+                        .body(Unary {
+                            data: Some(n.to_string().into()),
+                            trailers: None,
+                        })?
+                };
+                Ok::<_, anyhow::Error>(resp)
+            }
+        });
+        tokio::spawn(async move {
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// A response body of one data frame and, for gRPC, trailers.
+struct Unary {
+    data: Option<Bytes>,
+    trailers: Option<hyper::HeaderMap>,
+}
+
+impl hyper::body::Body for Unary {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        if let Some(d) = self.data.take() {
+            return std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(d))));
+        }
+        std::task::Poll::Ready(
+            self.trailers
+                .take()
+                .map(|t| Ok(hyper::body::Frame::trailers(t))),
+        )
+    }
 }
 
 #[cfg(test)]

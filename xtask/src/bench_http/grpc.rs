@@ -3,10 +3,14 @@
 //! one request in flight on each), one session: single IDs (`GET /api/segment/get/{tag}`
 //! against `NextSegmentIds { count: 1 }`), batches (`?count=1000` against
 //! `NextSegmentIds { count: 1000 }`), and streamed IDs (`StreamSegmentIds`, a million per
-//! stream, chunks of the default 1000 and of 10000) against the HTTP batches.
+//! stream, chunks of the default 1000 and of 10000) against the HTTP batches. The baseline of
+//! the single IDs is the transport's own: `leaf-loadgen --bare`, a hyper server on the same
+//! auto builder whose only work is an atomic increment, driven the same way over HTTP/1.1 and
+//! over gRPC.
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
@@ -106,6 +110,25 @@ pub(super) fn compare_grpc(root: &Path, seconds: u64) -> Result<()> {
     server.stop();
     std::fs::remove_dir_all(&dir).ok();
 
+    let mut bare = Server(
+        Command::new(&loadgen_bin)
+            .args(["--bare", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start leaf-loadgen --bare")?,
+    );
+    let mut line = String::new();
+    let stdout = bare.0.stdout.take().context("no stdout")?;
+    BufReader::new(stdout).read_line(&mut line)?;
+    let bare_addr = line.trim().to_owned();
+    for (name, args) in [
+        ("bare hyper, HTTP/1.1: an atomic increment", vec!["http"]),
+        ("bare hyper, gRPC: an atomic increment", vec!["grpc"]),
+    ] {
+        results.push((name, loadgen(&loadgen_bin, &bare_addr, &args, seconds)?));
+    }
+    drop(bare);
+
     println!();
     println!("| what | calls/s | IDs/s | p50 ms | p99 ms | p99.9 ms | errors |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
@@ -118,8 +141,15 @@ pub(super) fn compare_grpc(root: &Path, seconds: u64) -> Result<()> {
     let ids = |i: usize| results[i].1.ids_per_s;
     println!();
     println!(
-        "- gRPC unary single IDs / HTTP single IDs: {:.2}x (target at least 0.8x)",
-        ids(1) / ids(0)
+        "- gRPC unary single IDs / HTTP single IDs: {:.2}x (target at least 0.8x); the bare \
+         transport's gRPC / HTTP/1.1: {:.2}x",
+        ids(1) / ids(0),
+        results[7].1.requests_per_s / results[6].1.requests_per_s
+    );
+    println!(
+        "- leaf-server / bare hyper: HTTP/1.1 {:.2}x, gRPC {:.2}x",
+        results[0].1.requests_per_s / results[6].1.requests_per_s,
+        results[1].1.requests_per_s / results[7].1.requests_per_s
     );
     println!(
         "- gRPC unary count=1000 / HTTP count=1000: {:.2}x",
