@@ -70,7 +70,13 @@ fn admin_rule(parts: &Parts, state: &AppState, schemes: Schemes) -> Result<(), A
     let token = state.admin_token();
     check(token, authorization(parts), peer(parts), schemes)?;
     if token.is_empty() {
-        loopback_host(&parts.headers)?;
+        // HTTP/2 (h2c on the same port) names the server in `:authority`, not in `Host`.
+        match parts.uri.authority() {
+            Some(a) if !parts.headers.contains_key(header::HOST) => {
+                loopback_name(Some(a.as_str()), ":authority")?;
+            }
+            _ => loopback_host(&parts.headers)?,
+        }
     }
     Ok(())
 }
