@@ -142,7 +142,8 @@ pub struct ServerConfig {
     pub max_header_bytes: usize,
     /// A connection that has not sent a complete request head within this many seconds is closed;
     /// this bounds idle keep-alive connections and slow clients alike. A request body gets as
-    /// long (then 408). Default 30.
+    /// long (then 408), and so do a connection's first bytes, which tell HTTP/1.1 from HTTP/2.
+    /// Default 30.
     pub idle_timeout_s: u64,
     /// A connection whose response cannot be written for this many seconds (the client does not
     /// read it) is closed, so that a client pipelining requests it never reads holds no memory.
