@@ -393,6 +393,15 @@ impl Frontend {
     }
 }
 
+impl Frontend {
+    /// The server stops accepting: ends the gRPC streams that have no end of their own.
+    fn close(&self) {
+        if let Some(grpc) = &self.grpc {
+            grpc.close();
+        }
+    }
+}
+
 /// A router alone: HTTP only.
 impl From<Router> for Frontend {
     fn from(http: Router) -> Self {
@@ -462,6 +471,7 @@ pub async fn serve(
         });
     }
     drop(listener);
+    frontend.close();
     tracing::info!("shutting down: no new connections; finishing requests in flight");
     let limit = Duration::from_secs(config.shutdown_timeout_s);
     if tokio::time::timeout(limit, graceful.shutdown())

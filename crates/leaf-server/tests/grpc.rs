@@ -713,6 +713,57 @@ async fn health_reports_each_mode_as_readyz_does() {
     assert!(e.message().contains("snowflake.enabled = false"), "{e:?}");
 }
 
+#[tokio::test]
+async fn a_health_watch_does_not_hold_up_a_graceful_shutdown() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let c = config();
+    assert_eq!(c.server.shutdown_timeout_s, 10);
+    let store = Arc::new(MemoryStore::with_tags([("t", 10)]));
+    let allocator = SegmentAllocator::new(
+        store,
+        Arc::new(SystemClock::new()),
+        c.segment.allocator_config(),
+    );
+    allocator.init().await.unwrap();
+    let state = AppState::new(
+        &c,
+        SnowflakeLayout::default(),
+        Some(SegmentService::ready(allocator)),
+        None,
+        Arc::new(Metrics::new()),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let served = tokio::spawn(async move {
+        serve(listener, Frontend::new(&state), &c.server, async {
+            let _ = stopped.await;
+        })
+        .await;
+    });
+    let mut health = HealthClient::new(health_channel(addr).await);
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(watch.next().await.is_some());
+    let asked = std::time::Instant::now();
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), served)
+        .await
+        .expect("the shutdown waited for the watch")
+        .unwrap();
+    assert!(asked.elapsed() < Duration::from_secs(5));
+    // The watch ended cleanly, with no further message.
+    let end = tokio::time::timeout(Duration::from_secs(1), watch.next()).await;
+    assert!(matches!(end, Ok(None) | Ok(Some(Err(_)))), "{end:?}");
+}
+
 async fn health_channel(addr: SocketAddr) -> Channel {
     Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()

@@ -3,12 +3,13 @@
 //! `leaf.v1.Snowflake` for snowflake mode, `""` for the node (every enabled mode ready). A
 //! disabled mode's service is `NOT_SERVING`; an unknown name is `NOT_FOUND` (`Check`) or
 //! `SERVICE_UNKNOWN` (`Watch`), as the protocol says. `Watch` looks again every second and
-//! sends each change.
+//! sends each change, and ends when the server shuts down.
 
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
@@ -20,9 +21,10 @@ use crate::state::AppState;
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
 /// The health service on `state`.
-pub(super) fn server(state: &AppState) -> HealthServer<Checker> {
+pub(super) fn server(state: &AppState, closing: watch::Receiver<bool>) -> HealthServer<Checker> {
     HealthServer::new(Checker {
         state: state.clone(),
+        closing,
     })
 }
 
@@ -30,6 +32,8 @@ pub(super) fn server(state: &AppState) -> HealthServer<Checker> {
 #[derive(Clone)]
 pub(super) struct Checker {
     state: AppState,
+    /// True once the server shuts down.
+    closing: watch::Receiver<bool>,
 }
 
 /// The readiness of `service`; `None` for a name this server does not serve.
@@ -82,15 +86,25 @@ impl Health for Checker {
     ) -> Result<Response<Self::WatchStream>, Status> {
         let service = req.into_inner().service;
         let state = self.state.clone();
+        let closing = self.closing.clone();
         let stream = futures::stream::unfold(None, move |last: Option<ServingStatus>| {
-            let (state, service) = (state.clone(), service.clone());
+            let (state, service, mut closing) = (state.clone(), service.clone(), closing.clone());
             async move {
                 loop {
+                    if *closing.borrow_and_update() {
+                        return None;
+                    }
                     let now = serving(&state, &service).unwrap_or(ServingStatus::ServiceUnknown);
                     if last != Some(now) {
                         return Some((Ok(answer(now)), Some(now)));
                     }
-                    tokio::time::sleep(WATCH_EVERY).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(WATCH_EVERY) => {}
+                        // A dropped sender (the services gone) ends the watch too.
+                        changed = closing.changed() => if changed.is_err() {
+                            return None;
+                        },
+                    }
                 }
             }
         });

@@ -51,15 +51,25 @@ pub(crate) struct CalledAs(pub(crate) Option<String>);
 pub(crate) struct Grpc {
     routes: Routes,
     state: AppState,
+    closing: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Grpc {
     /// Every service, on `state`.
     pub(crate) fn new(state: &AppState) -> Self {
+        let (closing, closed) = tokio::sync::watch::channel(false);
         Grpc {
-            routes: services::routes(state),
+            routes: services::routes(state, closed),
             state: state.clone(),
+            closing: std::sync::Arc::new(closing),
         }
+    }
+
+    /// The server is shutting down: streams without an end of their own (health's `Watch`)
+    /// end now, so that a graceful shutdown does not wait `server.shutdown_timeout_s` for a
+    /// load balancer's watch.
+    pub(crate) fn close(&self) {
+        self.closing.send_replace(true);
     }
 
     /// Answers one gRPC request, counting it by method and final code.

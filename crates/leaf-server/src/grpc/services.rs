@@ -18,7 +18,7 @@ use crate::ops;
 use crate::state::AppState;
 
 /// Every service of the gRPC API, requests limited to `server.max_body_bytes`.
-pub(super) fn routes(state: &AppState) -> Routes {
+pub(super) fn routes(state: &AppState, closing: tokio::sync::watch::Receiver<bool>) -> Routes {
     let limit = state.max_body_bytes();
     let rpc = Rpc {
         state: state.clone(),
@@ -26,7 +26,7 @@ pub(super) fn routes(state: &AppState) -> Routes {
     let mut routes = Routes::new(SegmentServer::new(rpc.clone()).max_decoding_message_size(limit))
         .add_service(SnowflakeServer::new(rpc.clone()).max_decoding_message_size(limit))
         .add_service(AdminServer::new(rpc).max_decoding_message_size(limit))
-        .add_service(health::server(state).max_decoding_message_size(limit));
+        .add_service(health::server(state, closing).max_decoding_message_size(limit));
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
