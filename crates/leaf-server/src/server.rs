@@ -36,7 +36,7 @@ use crate::grpc::{Grpc, is_grpc};
 use crate::identity;
 use crate::metrics::Metrics;
 use crate::peer_clock;
-use crate::sniff::SniffTimeout;
+use crate::sniff::{Activity, InFlight, SniffTimeout};
 use crate::state::{AppState, LoadMetrics, SegmentService, SnowflakeService};
 use crate::warm;
 use crate::write_timeout::WriteTimeout;
@@ -454,14 +454,32 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let frontend = frontend.clone();
+        let activity = Activity::new();
+        let requests = Arc::clone(&activity);
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             // The peer comes from the socket, for the admin rule; never from a header.
             req.extensions_mut().insert(ConnectInfo(peer));
-            frontend.clone().call(req)
+            // HTTP/2's idle time is counted from its last request's end (`crate::sniff`); an
+            // HTTP/1 connection's is hyper's.
+            let in_flight = (req.version() == hyper::Version::HTTP_2).then(|| requests.begin());
+            let answer = frontend.clone().call(req);
+            async move {
+                let resp = answer.await?;
+                Ok::<_, Infallible>(match in_flight {
+                    Some(guard) => resp.map(|body| {
+                        axum::body::Body::new(Tracked {
+                            body,
+                            _in_flight: guard,
+                        })
+                    }),
+                    None => resp,
+                })
+            }
         });
         let io = TokioIo::new(SniffTimeout::new(
             WriteTimeout::new(stream, write_timeout),
             idle,
+            activity,
         ));
         let conn = graceful.watch(builder.serve_connection(io, service).into_owned());
         tokio::spawn(async move {
@@ -482,6 +500,32 @@ pub async fn serve(
             "requests still in flight after server.shutdown_timeout_s = {}; closing them",
             config.shutdown_timeout_s
         );
+    }
+}
+
+/// An HTTP/2 answer's body, which ends its request (for the idle rule) when hyper drops it.
+struct Tracked {
+    body: axum::body::Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

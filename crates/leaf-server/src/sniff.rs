@@ -6,51 +6,141 @@
 //! only after it, so a client that sends nothing, or a few bytes of the preface and then
 //! nothing (slowloris), would hold a connection for ever. Until the bytes read decide the
 //! protocol (24 bytes, or one that leaves the preface), a read that has waited longer than the
-//! limit fails with `TimedOut`, and hyper drops the connection. After that the reads pass
-//! through: HTTP/1's head timeout and HTTP/2's keep-alive pings take over.
+//! limit fails with `TimedOut`, and hyper drops the connection. After that, an HTTP/1
+//! connection's reads pass through (hyper's head timeout bounds its idle time); an HTTP/2
+//! connection answers keep-alive pings for ever, so it gets the same bound here: once it has had
+//! no request in flight for the limit ([`Activity`], kept by the server's service), a read that
+//! waits fails with `TimedOut`. A request whose bytes have arrived is always read first.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 /// HTTP/2's connection preface.
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// An I/O stream whose first bytes must come within a time limit.
+/// The requests in flight on one connection, and since when it has had none.
+#[derive(Debug)]
+pub(crate) struct Activity(Mutex<(usize, Instant)>);
+
+impl Activity {
+    /// A connection that starts now, with no request.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Activity(Mutex::new((0, Instant::now()))))
+    }
+
+    /// A request starts; it ends when the returned guard is dropped (with its answer's body).
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
+        InFlight(Arc::clone(self))
+    }
+
+    /// Since when the connection has had no request in flight; `None` while it has one.
+    fn idle_since(&self) -> Option<Instant> {
+        let (n, since) = *self.0.lock().unwrap_or_else(|p| p.into_inner());
+        (n == 0).then_some(since)
+    }
+}
+
+/// A request in flight; dropping it ends the request.
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut state = self.0.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.0 = state.0.saturating_sub(1);
+        state.1 = Instant::now();
+    }
+}
+
+/// Where a connection's protocol detection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sniffed {
+    /// This many bytes of the preface matched so far.
+    Matching(usize),
+    Http1,
+    Http2,
+}
+
+/// An I/O stream whose first bytes must come within a time limit, and which, as HTTP/2, may
+/// stay without a request for no longer than that.
 #[derive(Debug)]
 pub(crate) struct SniffTimeout<T> {
     inner: T,
     limit: Duration,
-    /// How many bytes of the preface were matched; `None` once the protocol is decided.
-    matched: Option<usize>,
+    sniffed: Sniffed,
+    activity: Arc<Activity>,
     deadline: Pin<Box<Sleep>>,
 }
 
 impl<T> SniffTimeout<T> {
-    /// `inner`, whose protocol must be decided within `limit` from now.
-    pub(crate) fn new(inner: T, limit: Duration) -> Self {
+    /// `inner`, whose protocol must be decided within `limit` from now; `activity` is what the
+    /// connection's service records of its requests.
+    pub(crate) fn new(inner: T, limit: Duration, activity: Arc<Activity>) -> Self {
         SniffTimeout {
             inner,
             limit,
-            matched: Some(0),
+            sniffed: Sniffed::Matching(0),
+            activity,
             deadline: Box::pin(tokio::time::sleep(limit)),
         }
     }
 
     /// Notes the bytes read: the protocol is decided once they fill the preface or leave it.
     fn saw(&mut self, bytes: &[u8]) {
-        let Some(matched) = self.matched else { return };
+        let Sniffed::Matching(matched) = self.sniffed else {
+            return;
+        };
         let end = (matched + bytes.len()).min(PREFACE.len());
         let n = end - matched;
-        self.matched = if bytes[..n] != PREFACE[matched..end] || end == PREFACE.len() {
-            None
+        self.sniffed = if bytes[..n] != PREFACE[matched..end] {
+            Sniffed::Http1
+        } else if end == PREFACE.len() {
+            Sniffed::Http2
         } else {
-            Some(end)
+            Sniffed::Matching(end)
         };
+    }
+
+    /// A read that waits: an error once the connection's time is up, else `Pending` with the
+    /// timer armed for the moment it will be.
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let deadline = match self.sniffed {
+                Sniffed::Http1 => return Poll::Pending,
+                // The deadline of the start, set when the connection was accepted.
+                Sniffed::Matching(_) => self.deadline.deadline(),
+                Sniffed::Http2 => match self.activity.idle_since() {
+                    Some(since) => since + self.limit,
+                    None => Instant::now() + self.limit,
+                },
+            };
+            if deadline <= Instant::now() {
+                let what = match self.sniffed {
+                    Sniffed::Http2 => "had no request",
+                    _ => "did not show its protocol",
+                };
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the connection {what} for {} s (server.idle_timeout_s)",
+                        self.limit.as_secs()
+                    ),
+                )));
+            }
+            if self.deadline.deadline() != deadline {
+                self.deadline.as_mut().reset(deadline);
+            }
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
     }
 }
 
@@ -71,18 +161,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for SniffTimeout<T> {
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending if this.matched.is_some() => match this.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the connection did not show its protocol within {} s \
-                         (server.idle_timeout_s)",
-                        this.limit.as_secs()
-                    ),
-                ))),
-                Poll::Pending => Poll::Pending,
-            },
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => this.poll_wait(cx),
         }
     }
 }
@@ -122,17 +201,12 @@ mod tests {
     use super::*;
 
     fn decided_after(chunks: &[&[u8]]) -> Vec<bool> {
-        let mut s = SniffTimeout {
-            inner: (),
-            limit: Duration::from_secs(1),
-            matched: Some(0),
-            deadline: Box::pin(tokio::time::sleep(Duration::ZERO)),
-        };
+        let mut s = SniffTimeout::new((), Duration::from_secs(1), Activity::new());
         chunks
             .iter()
             .map(|c| {
                 s.saw(c);
-                s.matched.is_none()
+                !matches!(s.sniffed, Sniffed::Matching(_))
             })
             .collect()
     }

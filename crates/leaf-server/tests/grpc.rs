@@ -889,6 +889,62 @@ async fn http2_limits_are_announced_and_held() {
 }
 
 #[tokio::test]
+async fn an_http2_connection_without_a_request_for_the_idle_timeout_is_closed() {
+    let mut c = config();
+    c.server.idle_timeout_s = 1;
+    let s = start(c).await;
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    // h2's client answers every ping: only the idle rule can end this connection.
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn = tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let req = axum::http::Request::get(format!("http://localhost:{}/healthz", s.addr.port()))
+        .body(())
+        .unwrap();
+    let (resp, _) = client.send_request(req, true).unwrap();
+    assert_eq!(resp.await.unwrap().status(), 200);
+    let ended = tokio::time::timeout(Duration::from_secs(6), conn).await;
+    assert!(
+        ended.is_ok(),
+        "an idle HTTP/2 connection still open after 6 s"
+    );
+    drop(client);
+}
+
+#[tokio::test]
+async fn a_stream_in_flight_outlives_the_idle_timeout() {
+    let mut c = config();
+    c.server.idle_timeout_s = 1;
+    let s = start(c).await;
+    // A 64 KiB window: the server's stream waits on the reader, in flight, through the pause.
+    let channel = Endpoint::from_shared(format!("http://127.0.0.1:{}", s.addr.port()))
+        .unwrap()
+        .initial_stream_window_size(65_535)
+        .initial_connection_window_size(65_535)
+        .connect()
+        .await
+        .unwrap();
+    let mut segment = SegmentClient::new(channel);
+    let mut stream = segment
+        .stream_segment_ids(pb::StreamSegmentIdsRequest {
+            tag: "big".into(),
+            count: 200_000,
+            chunk: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ids = stream.message().await.unwrap().unwrap().ids;
+    // A reader that pauses longer than the idle timeout: its stream is in flight, so its
+    // connection stays.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    while let Some(chunk) = stream.message().await.unwrap() {
+        ids.extend(chunk.ids);
+    }
+    assert_eq!(ids.len(), 200_000);
+}
+
+#[tokio::test]
 async fn an_http2_peer_that_answers_no_ping_is_closed() {
     let mut c = config();
     c.server.http2_keepalive_s = 1;

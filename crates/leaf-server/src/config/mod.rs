@@ -143,6 +143,7 @@ pub struct ServerConfig {
     /// A connection that has not sent a complete request head within this many seconds is closed;
     /// this bounds idle keep-alive connections and slow clients alike. A request body gets as
     /// long (then 408), and so do a connection's first bytes, which tell HTTP/1.1 from HTTP/2.
+    /// An HTTP/2 connection (gRPC, h2c) with no request in flight for as long is closed.
     /// Default 30.
     pub idle_timeout_s: u64,
     /// A connection whose response cannot be written for this many seconds (the client does not
