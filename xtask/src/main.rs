@@ -1,7 +1,7 @@
 //! `cargo xtask`: the commands CI runs, so that a person can run the same thing.
 //!
 //! - `cargo xtask ci`: format check, clippy with `-D warnings`, the conformance suite on
-//!   provisioned servers, every other test.
+//!   provisioned servers, every other test, the Python client's test of the gRPC API.
 //! - `cargo xtask bench [--quick] [--stores LIST]`: the criterion benchmarks and one summary
 //!   table; with `--stores`, the segment stores' allocation benchmark.
 //! - `cargo xtask image`: the `leaf-server:local` container image, from Debian packages.
@@ -17,6 +17,7 @@ mod bench;
 mod bench_http;
 mod conformance;
 mod image;
+mod python;
 mod testbed;
 
 /// The usage text; the backends' names come from [`backends::BACKENDS`].
@@ -29,17 +30,21 @@ fn usage() -> String {
         "usage: cargo xtask <command>
 
 commands:
-  ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test
+  ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test,
+                  then the Python client's test of the gRPC API
   bench [--quick] run the criterion benchmarks and print the summary table
   bench [--quick] --stores {stores}
                   the segment stores' allocation benchmark, one after the other, on
                   provisioned servers (the testbed images), and a table of the means
-  bench-http [SECONDS] [--store {http}]... [--snowflake-load [--server PATH]]
+  bench-http [SECONDS] [--store {http}]... [--snowflake-load [--server PATH]] [--grpc]
                   the release leaf-server under oha: req/s, latency, batches, RSS, start-up;
                   with --store (repeatable): segment mode on SQLite beside those stores;
-                  with --snowflake-load: segment latency alone and under snowflake batches
+                  with --snowflake-load: segment latency alone and under snowflake batches;
+                  with --grpc: the gRPC API beside the HTTP routes, both from leaf-loadgen
   conformance [--backend NAME]
                   run the backend crates' tests on provisioned servers ({all}, cluster)
+  python          the Python client's test of the gRPC API against the leaf-server binary, in a
+                  virtual environment of clients/python/requirements.txt (made when missing)
   testbed [--force] [BACKEND...]
                   build the servers' test images locally from Debian packages (needs root):
                   {images}
@@ -66,6 +71,7 @@ fn run() -> Result<()> {
         Some("conformance") => conformance::run(&root, &args[1..]),
         Some("testbed") => testbed::run(&root, &args[1..]),
         Some("image") => image::run(&root, &args[1..]),
+        Some("python") => python::run(&root),
         Some("-h" | "--help" | "help") => {
             println!("{}", usage());
             Ok(())
@@ -109,6 +115,7 @@ fn ci(root: &Path) -> Result<()> {
     cargo_with_env(root, "tests", &args, &env)?;
     args[2] = "--doc";
     cargo(root, "doc tests", &args)?;
+    python::run(root)?;
     println!("xtask ci: all steps passed");
     Ok(())
 }

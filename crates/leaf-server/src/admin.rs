@@ -70,7 +70,13 @@ fn admin_rule(parts: &Parts, state: &AppState, schemes: Schemes) -> Result<(), A
     let token = state.admin_token();
     check(token, authorization(parts), peer(parts), schemes)?;
     if token.is_empty() {
-        loopback_host(&parts.headers)?;
+        // HTTP/2 (h2c on the same port) names the server in `:authority`, not in `Host`.
+        match parts.uri.authority() {
+            Some(a) if !parts.headers.contains_key(header::HOST) => {
+                loopback_name(Some(a.as_str()), ":authority")?;
+            }
+            _ => loopback_host(&parts.headers)?,
+        }
     }
     Ok(())
 }
@@ -247,10 +253,16 @@ pub(crate) fn check(
 /// address (`127.0.0.1`, `[::1]`), with any port, or sends no `Host` (HTTP/1.0 tools; browsers
 /// always send one). Anything else is refused (403), naming the rule.
 pub(crate) fn loopback_host(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(host) = headers.get(header::HOST) else {
+    let host = headers.get(header::HOST).map(|h| h.to_str().unwrap_or(""));
+    loopback_name(host, "Host")
+}
+
+/// The loopback rule on the name a request calls the server by (`Host` over HTTP/1.1,
+/// `:authority` over HTTP/2), `what` naming where it came from in the refusal.
+pub(crate) fn loopback_name(host: Option<&str>, what: &str) -> Result<(), ApiError> {
+    let Some(host) = host else {
         return Ok(());
     };
-    let host = host.to_str().unwrap_or("");
     if is_loopback_name(host) {
         return Ok(());
     }
@@ -258,7 +270,7 @@ pub(crate) fn loopback_host(headers: &HeaderMap) -> Result<(), ApiError> {
         StatusCode::FORBIDDEN,
         format!(
             "while server.admin_token is unset, admin routes serve requests to a loopback name \
-             (localhost, 127.0.0.1, [::1]) only, not Host {host:?}"
+             (localhost, 127.0.0.1, [::1]) only, not {what} {host:?}"
         ),
     ))
 }

@@ -69,6 +69,7 @@ pub(crate) fn mode_error(config: &Config, e: Error) -> Error {
 mod tests {
     use std::path::Path;
 
+    #[cfg(feature = "zk-normal")]
     use figment::value::Value;
 
     use super::*;

@@ -35,7 +35,7 @@ pub const USAGE: &str = "\
 usage: leaf-server [--config PATH] [--check-config]
        leaf-server probe [--ready] [--url URL] [--config PATH]
 
-Serves unique IDs over HTTP: Leaf's segment and snowflake modes.
+Serves unique IDs over HTTP and gRPC (one port): Leaf's segment and snowflake modes.
 
 options:
   --config PATH    read this TOML file (default: leaf.toml in the working directory, if any)

@@ -46,6 +46,9 @@ pub struct ApiError {
     /// A 401 that challenges with HTTP Basic (a monitor page, which a browser opens) instead
     /// of Bearer.
     pub basic_challenge: bool,
+    /// The answer of a mode that is switched off (a 404 over HTTP, `FAILED_PRECONDITION` over
+    /// gRPC, where `NOT_FOUND` means an unknown tag).
+    pub mode_disabled: bool,
 }
 
 #[derive(Serialize)]
@@ -63,6 +66,7 @@ impl ApiError {
             message: message.into(),
             retry_after_s: 1,
             basic_challenge: false,
+            mode_disabled: false,
         }
     }
 
@@ -90,14 +94,17 @@ impl ApiError {
             message: message.into(),
             retry_after_s: retry_after_s.max(1),
             basic_challenge: false,
+            mode_disabled: false,
         }
     }
 
     /// The answer for a mode that is switched off.
     pub fn disabled(mode: &str) -> Self {
-        Self::not_found(format!(
+        let mut e = Self::not_found(format!(
             "{mode} mode is disabled on this server ({mode}.enabled = false)"
-        ))
+        ));
+        e.mode_disabled = true;
+        e
     }
 
     /// Maps a core error from `origin` to its answer. The message is `public_reason`'s; the

@@ -92,6 +92,46 @@ impl RouteStats {
     }
 }
 
+/// One gRPC method's counters: calls by final code (indexed by the code's number), durations.
+#[derive(Debug)]
+struct RpcStats {
+    codes: [AtomicU64; 17],
+    duration: Histogram,
+}
+
+impl RpcStats {
+    fn new() -> Self {
+        RpcStats {
+            codes: std::array::from_fn(|_| AtomicU64::new(0)),
+            duration: Histogram::new(&REQUEST_BUCKETS),
+        }
+    }
+}
+
+/// The canonical name of a gRPC code (`OK`, `NOT_FOUND`), the `code` label.
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code as C;
+    match code {
+        C::Ok => "OK",
+        C::Cancelled => "CANCELLED",
+        C::Unknown => "UNKNOWN",
+        C::InvalidArgument => "INVALID_ARGUMENT",
+        C::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        C::NotFound => "NOT_FOUND",
+        C::AlreadyExists => "ALREADY_EXISTS",
+        C::PermissionDenied => "PERMISSION_DENIED",
+        C::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        C::FailedPrecondition => "FAILED_PRECONDITION",
+        C::Aborted => "ABORTED",
+        C::OutOfRange => "OUT_OF_RANGE",
+        C::Unimplemented => "UNIMPLEMENTED",
+        C::Internal => "INTERNAL",
+        C::Unavailable => "UNAVAILABLE",
+        C::DataLoss => "DATA_LOSS",
+        C::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
 /// The address family of a client, a label of the allocation counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
@@ -146,6 +186,7 @@ fn slot<K: Eq + Hash + Clone, V: Default>(map: &RwLock<HashMap<K, Arc<V>>>, key:
 #[derive(Debug)]
 pub struct Metrics {
     routes: RwLock<HashMap<String, Arc<RouteStats>>>,
+    rpcs: RwLock<HashMap<&'static str, Arc<RpcStats>>>,
     segment_issued: RwLock<HashMap<Tag, Arc<AtomicU64>>>,
     client_allocations: RwLock<HashMap<(Tag, Family), Arc<ClientAllocations>>>,
     snowflake_issued: AtomicU64,
@@ -156,6 +197,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics {
             routes: RwLock::default(),
+            rpcs: RwLock::default(),
             segment_issued: RwLock::default(),
             client_allocations: RwLock::default(),
             snowflake_issued: AtomicU64::new(0),
@@ -197,6 +239,27 @@ impl Metrics {
             .entry(route.to_string())
             .or_insert_with(|| Arc::new(RouteStats::new()))
             .clone()
+    }
+
+    /// Counts one gRPC call of `method` (a label from a fixed list, never a client's path)
+    /// that ended with `code`.
+    pub fn observe_rpc(&self, method: &'static str, code: tonic::Code, took: Duration) {
+        let stats = {
+            let read = self.rpcs.read().unwrap_or_else(|p| p.into_inner());
+            read.get(method).cloned()
+        };
+        let stats = stats.unwrap_or_else(|| {
+            self.rpcs
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(method)
+                .or_insert_with(|| Arc::new(RpcStats::new()))
+                .clone()
+        });
+        if let Some(slot) = stats.codes.get(code as usize) {
+            slot.fetch_add(1, Ordering::Relaxed);
+        }
+        stats.duration.observe(took);
     }
 
     /// Counts `n` segment IDs issued for `tag`.
@@ -313,6 +376,39 @@ impl Metrics {
                 out,
                 "leaf_request_duration_seconds",
                 &[("route", route.as_str())],
+            );
+        }
+        let rpcs = self.rpcs.read().unwrap_or_else(|p| p.into_inner());
+        let mut rpcs: Vec<_> = rpcs.iter().collect();
+        rpcs.sort_by(|a, b| a.0.cmp(b.0));
+        out.family(
+            "leaf_grpc_requests_total",
+            "gRPC calls, by method and final gRPC code (CANCELLED: the client went away)",
+            "counter",
+        );
+        for (method, stats) in &rpcs {
+            for (i, n) in stats.codes.iter().enumerate() {
+                let n = n.load(Ordering::Relaxed);
+                if n > 0 {
+                    let code = code_name(tonic::Code::from_i32(i as i32));
+                    out.sample(
+                        "leaf_grpc_requests_total",
+                        &[("method", method), ("code", code)],
+                        n as f64,
+                    );
+                }
+            }
+        }
+        out.family(
+            "leaf_grpc_request_duration_seconds",
+            "gRPC call duration until its status (a stream: its whole life), by method",
+            "histogram",
+        );
+        for (method, stats) in &rpcs {
+            stats.duration.render(
+                out,
+                "leaf_grpc_request_duration_seconds",
+                &[("method", method)],
             );
         }
         out.family(
@@ -446,5 +542,31 @@ mod tests {
         has("leaf_client_allocations_total{tag=\"t\",family=\"unknown\"} 1");
         has("leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv4\"} 150");
         has("leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv6\"} 10");
+    }
+
+    #[test]
+    fn rpcs_render_by_method_and_code_name() {
+        let m = Metrics::new();
+        let method = "/leaf.v1.Segment/NextSegmentIds";
+        m.observe_rpc(method, tonic::Code::Ok, Duration::from_micros(50));
+        m.observe_rpc(method, tonic::Code::Ok, Duration::from_micros(60));
+        m.observe_rpc(method, tonic::Code::NotFound, Duration::from_millis(2));
+        m.observe_rpc("unknown", tonic::Code::Unimplemented, Duration::ZERO);
+        let mut e = Exposition::new();
+        m.render(&mut e);
+        let text = e.finish();
+        let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+        has("leaf_grpc_requests_total{method=\"/leaf.v1.Segment/NextSegmentIds\",code=\"OK\"} 2");
+        has(
+            "leaf_grpc_requests_total{method=\"/leaf.v1.Segment/NextSegmentIds\",code=\"NOT_FOUND\"} 1",
+        );
+        has("leaf_grpc_requests_total{method=\"unknown\",code=\"UNIMPLEMENTED\"} 1");
+        has(
+            "leaf_grpc_request_duration_seconds_count{method=\"/leaf.v1.Segment/NextSegmentIds\"} 3",
+        );
+        for i in 0..17 {
+            let name = code_name(tonic::Code::from_i32(i));
+            assert_eq!(name == "UNKNOWN", i == 2, "{i} {name}");
+        }
     }
 }

@@ -195,6 +195,8 @@ pub(crate) struct NodeInfo<'a> {
     pub segment: Option<ModeInfo<'a>>,
     /// Snowflake mode, `None` when disabled; the worker id once one is held.
     pub snowflake: Option<(ModeInfo<'a>, Option<u64>)>,
+    /// Whether the gRPC API is served (`server.grpc`).
+    pub grpc: bool,
 }
 
 /// `/`: the node, its modes and their readiness, and the way to every page.
@@ -250,6 +252,15 @@ pub(crate) fn index_page(node: &NodeInfo<'_>, now_ms: u64, refresh_s: Option<u32
             );
         }
         None => b.push_str("<dt>Snowflake mode</dt><dd class=\"muted\">disabled</dd>"),
+    }
+    if node.grpc {
+        b.push_str(
+            "<dt>gRPC</dt><dd>on, this port (<code>application/grpc</code>): \
+             <code>leaf.v1.Segment</code>, <code>leaf.v1.Snowflake</code>, \
+             <code>leaf.v1.Admin</code>, health, reflection</dd>",
+        );
+    } else {
+        b.push_str("<dt>gRPC</dt><dd class=\"muted\">off (<code>server.grpc = false</code>)</dd>");
     }
     b.push_str(
         "</dl>\n<h2>Pages</h2><ul>\
@@ -564,6 +575,28 @@ mod tests {
         );
         assert_eq!(time(NOW + 3_000, NOW), "2026-11-18 11:06:43 UTC (in 3 s)");
         assert_eq!(time(NOW, NOW), "2026-11-18 11:06:40 UTC (now)");
+    }
+
+    #[test]
+    fn the_index_says_whether_grpc_is_on() {
+        let node = |grpc| NodeInfo {
+            name: "leaf",
+            version: "0",
+            identity: None,
+            listen: "0.0.0.0:8080".into(),
+            started_ms: NOW,
+            segment: None,
+            snowflake: None,
+            grpc,
+            one_node: &[],
+        };
+        let on = index_page(&node(true), NOW, None);
+        assert!(on.contains("<dt>gRPC</dt><dd>on, this port"), "{on}");
+        let off = index_page(&node(false), NOW, None);
+        assert!(
+            off.contains("off (<code>server.grpc = false</code>)"),
+            "{off}"
+        );
     }
 
     #[test]

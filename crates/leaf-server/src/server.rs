@@ -13,10 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use std::convert::Infallible;
+
 use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::response::Response;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use leaf_core::{Clock, Error, NewTag, SegmentStore, SystemClock};
 use leaf_segment::SegmentAllocator;
@@ -28,10 +32,12 @@ use tower::Service as _;
 use crate::api::app;
 use crate::backend;
 use crate::config::{Config, Loaded, ServerConfig};
+use crate::grpc::{Grpc, is_grpc};
 use crate::identity;
 use crate::layout_record;
 use crate::metrics::Metrics;
 use crate::peer_clock;
+use crate::sniff::{Activity, InFlight, SniffTimeout};
 use crate::state::{AppState, LoadMetrics, SegmentService, SnowflakeService};
 use crate::warm;
 use crate::write_timeout::WriteTimeout;
@@ -64,9 +70,12 @@ pub async fn run(loaded: Loaded) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let running = start(&config, local).await?;
     tracing::info!(listen = %local, "leaf-server serving");
+    if config.server.grpc {
+        tracing::info!("gRPC served on the same port (server.grpc)");
+    }
     serve(
         listener,
-        app(running.state.clone()),
+        Frontend::new(&running.state),
         &config.server,
         shutdown_signal(),
     )
@@ -356,19 +365,83 @@ fn log_snowflake_state(generator: &Snowflake) {
     }
 }
 
+/// What the listener serves: the HTTP router, and the gRPC services unless `server.grpc` is
+/// off. A request goes to gRPC by its `Content-Type` (`application/grpc`), before the HTTP
+/// router and its layers.
+#[derive(Clone)]
+pub struct Frontend {
+    http: Router,
+    grpc: Option<Grpc>,
+}
+
+impl Frontend {
+    /// The HTTP API of `state`, and its gRPC API when `server.grpc` is on.
+    pub fn new(state: &AppState) -> Self {
+        Frontend {
+            http: app(state.clone()),
+            grpc: state.grpc().map(|_| Grpc::new(state)),
+        }
+    }
+
+    async fn call(self, req: hyper::Request<Incoming>) -> Result<Response, Infallible> {
+        if !is_grpc(req.headers()) {
+            return self.http.clone().call(req).await;
+        }
+        match &self.grpc {
+            Some(grpc) => grpc.call(req).await,
+            // An HTTP 404 would reach a gRPC client as a garbled protocol error.
+            None => Ok(tonic::Status::unimplemented(
+                "gRPC is turned off on this server (server.grpc = false); its HTTP API serves \
+                 on this port",
+            )
+            .into_http()),
+        }
+    }
+}
+
+impl Frontend {
+    /// The server stops accepting: ends the gRPC streams that have no end of their own.
+    fn close(&self) {
+        if let Some(grpc) = &self.grpc {
+            grpc.close();
+        }
+    }
+}
+
+/// A router alone: HTTP only.
+impl From<Router> for Frontend {
+    fn from(http: Router) -> Self {
+        Frontend { http, grpc: None }
+    }
+}
+
 /// Accepts connections until `shutdown` completes, then stops accepting and gives the requests
-/// in flight `server.shutdown_timeout_s` to finish.
+/// in flight `server.shutdown_timeout_s` to finish. Each connection speaks HTTP/1.1 or
+/// HTTP/2 (h2c, which gRPC uses), told apart by its first bytes, which must arrive within
+/// `server.idle_timeout_s` (`crate::sniff`).
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    frontend: impl Into<Frontend>,
     config: &ServerConfig,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(config.idle_timeout_s))
+    let frontend = frontend.into();
+    let idle = Duration::from_secs(config.idle_timeout_s);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(idle)
         .max_buf_size(config.max_header_bytes)
         .keep_alive(true);
+    let keepalive = Duration::from_secs(config.http2_keepalive_s);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(keepalive)
+        .keep_alive_timeout(keepalive)
+        .max_concurrent_streams(config.http2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
     let write_timeout = Duration::from_secs(config.write_timeout_s);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -386,14 +459,35 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let router = router.clone();
+        let frontend = frontend.clone();
+        let activity = Activity::new();
+        let requests = Arc::clone(&activity);
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             // The peer comes from the socket, for the admin rule; never from a header.
             req.extensions_mut().insert(ConnectInfo(peer));
-            router.clone().call(req)
+            // HTTP/2's idle time is counted from its last request's end (`crate::sniff`); an
+            // HTTP/1 connection's is hyper's.
+            let in_flight = (req.version() == hyper::Version::HTTP_2).then(|| requests.begin());
+            let answer = frontend.clone().call(req);
+            async move {
+                let resp = answer.await?;
+                Ok::<_, Infallible>(match in_flight {
+                    Some(guard) => resp.map(|body| {
+                        axum::body::Body::new(Tracked {
+                            body,
+                            _in_flight: guard,
+                        })
+                    }),
+                    None => resp,
+                })
+            }
         });
-        let io = TokioIo::new(WriteTimeout::new(stream, write_timeout));
-        let conn = graceful.watch(http.serve_connection(io, service));
+        let io = TokioIo::new(SniffTimeout::new(
+            WriteTimeout::new(stream, write_timeout),
+            idle,
+            activity,
+        ));
+        let conn = graceful.watch(builder.serve_connection(io, service).into_owned());
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
@@ -401,6 +495,7 @@ pub async fn serve(
         });
     }
     drop(listener);
+    frontend.close();
     tracing::info!("shutting down: no new connections; finishing requests in flight");
     let limit = Duration::from_secs(config.shutdown_timeout_s);
     if tokio::time::timeout(limit, graceful.shutdown())
@@ -411,6 +506,32 @@ pub async fn serve(
             "requests still in flight after server.shutdown_timeout_s = {}; closing them",
             config.shutdown_timeout_s
         );
+    }
+}
+
+/// An HTTP/2 answer's body, which ends its request (for the idle rule) when hyper drops it.
+struct Tracked {
+    body: axum::body::Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -30,6 +30,7 @@ struct Shared {
     metrics_token: String,
     allowed_hosts: AllowedHosts,
     max_batch: usize,
+    grpc: Option<GrpcLimits>,
     max_body_bytes: usize,
     body_timeout: Duration,
     layout: SnowflakeLayout,
@@ -66,6 +67,10 @@ impl AppState {
                 metrics_token: config.server.metrics_token.clone(),
                 allowed_hosts: AllowedHosts::from_config(&config.server.allowed_hosts),
                 max_batch: config.server.max_batch,
+                grpc: config.server.grpc.then_some(GrpcLimits {
+                    max_stream_ids: config.server.grpc_max_stream_ids,
+                    chunk: config.server.grpc_chunk,
+                }),
                 max_body_bytes: config.server.max_body_bytes,
                 body_timeout: Duration::from_secs(config.server.idle_timeout_s),
                 layout,
@@ -109,6 +114,11 @@ impl AppState {
     /// The largest batch.
     pub fn max_batch(&self) -> usize {
         self.inner.max_batch
+    }
+
+    /// The gRPC API's stream limits; `None` when `server.grpc` is off.
+    pub(crate) fn grpc(&self) -> Option<GrpcLimits> {
+        self.inner.grpc
     }
 
     /// The largest request body.
@@ -174,6 +184,15 @@ impl AppState {
             )
         })
     }
+}
+
+/// The limits of the gRPC API's streams (`server.grpc_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GrpcLimits {
+    /// The most IDs one stream may ask for.
+    pub(crate) max_stream_ids: u64,
+    /// The chunk of a stream that asks for 0.
+    pub(crate) chunk: usize,
 }
 
 /// The node as the console shows it: its configuration's name, address and modes, and when

@@ -1068,6 +1068,7 @@ async fn the_console_shows_the_node_and_every_page_links_to_the_others() {
         "store <code>sqlite</code>",
         "workerId mode <code>local</code>",
         "worker id 5",
+        "<dt>gRPC</dt><dd>on, this port",
     ] {
         assert!(index.contains(shown), "{shown}: {index}");
     }

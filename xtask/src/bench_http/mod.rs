@@ -17,9 +17,14 @@
 //! 41 + 5 + 7 bits unless `LEAF_SNOWFLAKE__*_BITS` say otherwise: a generator that holds a
 //! runtime thread while it waits for the next millisecond shows here as segment latency.
 //! `--server` runs a binary built elsewhere (e.g. an older commit) instead of building one.
+//!
+//! `cargo xtask bench-http --grpc`: the gRPC API against the HTTP routes on one server, both
+//! driven by `leaf-loadgen` (`xtask/loadgen`) with the same connections and concurrency
+//! (`oha` is not needed for it).
 
 mod compare;
 mod default_run;
+mod grpc;
 mod oha;
 mod server;
 mod snowflake_load;
@@ -42,12 +47,13 @@ const BATCH: &str = "/v1/segment/leaf-segment-test?count=1000";
 const SNOWFLAKE_BATCH: &str = "/v1/snowflake?count=10000";
 
 /// `bench-http [SECONDS] [--store sqlite|mysql|postgres|redis|etcd]... [--snowflake-load
-/// [--server PATH]]`.
+/// [--server PATH]] [--grpc]`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 10;
     let mut stores: Vec<String> = Vec::new();
     let mut snowflake_load = false;
     let mut server: Option<PathBuf> = None;
+    let mut grpc = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -59,6 +65,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
                 );
             }
             "--snowflake-load" => snowflake_load = true,
+            "--grpc" => grpc = true,
             "--server" => {
                 server = Some(
                     it.next()
@@ -75,6 +82,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
                 }
             },
         }
+    }
+    if grpc {
+        return grpc::compare_grpc(root, seconds);
     }
     if Command::new("oha").arg("--version").output().is_err() {
         bail!("oha is not installed: cargo install oha --locked");

@@ -10,10 +10,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::tags::TagJson;
-use super::{OptionalJsonBody, Params, RestPath, parse_tag};
+use super::{OptionalJsonBody, Params, RestPath};
 use crate::admin::{ClientAccess, LeaseAccess, peer};
-use crate::error::{ApiError, Origin};
+use crate::error::ApiError;
 use crate::metrics::Family;
+use crate::ops;
 use crate::state::AppState;
 
 /// The last segment of the allocate route's path.
@@ -41,15 +42,12 @@ pub(super) struct StepBody {
     step: Option<i64>,
 }
 
-/// The step asked for, from the query or the body (not both): a whole number from 1, lowered
-/// to `max_step` when above it. Rows may hold steps up to `i32::MAX` while the servers' limit
-/// is lower, and a leasing client asks at least its row's step: a refusal would end its
-/// leases, so the answer's `used_step` tells it the step it got instead.
+/// The step asked for, from the query or the body (not both), as a number and as sent; the
+/// rule on its value is `ops::check_step`, shared with gRPC.
 fn requested_step(
     query: Option<String>,
     body: Option<i64>,
-    max_step: i64,
-) -> Result<Option<i64>, ApiError> {
+) -> Result<(Option<i64>, String), ApiError> {
     let raw = match (query, body) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
@@ -58,14 +56,13 @@ fn requested_step(
         }
         (Some(q), None) => q,
         (None, Some(b)) => b.to_string(),
-        (None, None) => return Ok(None),
+        (None, None) => return Ok((None, String::new())),
     };
+    let shown = format!("{raw:?}");
     match raw.trim().parse::<i64>() {
-        Ok(n) if n >= 1 => Ok(Some(n.min(max_step))),
-        _ => Err(ApiError::bad_request(format!(
-            "step must be a whole number from 1 (one above {max_step}, segment.max_step, is \
-             lowered to it), got {raw:?}"
-        ))),
+        Ok(n) => Ok((Some(n), shown)),
+        // Not a number: the same error as a number out of range.
+        Err(_) => Ok((Some(0), shown)),
     }
 }
 
@@ -92,21 +89,8 @@ pub(super) async fn allocate(
             ));
         }
     };
-    let allocator = state.segment()?;
-    let tag = parse_tag(raw_tag)?;
-    let step = requested_step(
-        query.step,
-        body.and_then(|b| b.step),
-        allocator.config().max_step,
-    )?;
-    let a = allocator
-        .store()
-        .allocate(&tag, step)
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
-    state
-        .metrics()
-        .client_allocation(&tag, family, a.used_step.max(0) as u64);
+    let (step, shown) = requested_step(query.step, body.and_then(|b| b.step))?;
+    let a = ops::allocate(&state, raw_tag, step, &shown, family).await?;
     Ok(Json(json!({
         "tag": a.tag.as_str(),
         "max_id": a.max_id,
@@ -121,19 +105,7 @@ pub(super) async fn get_tag(
     State(state): State<AppState>,
     RestPath(raw): RestPath,
 ) -> Result<Json<TagJson>, ApiError> {
-    let allocator = state.segment()?;
-    let tag = parse_tag(&raw)?;
-    let row = allocator
-        .store()
-        .get(&tag)
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Segment, e))?
-        .ok_or_else(|| {
-            ApiError::from_core(
-                Origin::Segment,
-                leaf_core::Error::NotFound(format!("tag {tag}")),
-            )
-        })?;
+    let row = ops::get_tag(&state, &raw).await?;
     Ok(Json(TagJson::new(row, None)))
 }
 
@@ -144,7 +116,8 @@ mod tests {
     #[test]
     fn step_table() {
         let check = |query: Option<&str>, body: Option<i64>, expect: Result<Option<i64>, ()>| {
-            let got = requested_step(query.map(str::to_owned), body, 1000);
+            let got = requested_step(query.map(str::to_owned), body)
+                .and_then(|(step, shown)| ops::check_step(step, 1000, &shown));
             match (&got, &expect) {
                 (Ok(a), Ok(b)) => assert_eq!(a, b, "{query:?} {body:?}"),
                 (Err(e), Err(())) => assert_eq!(e.status, StatusCode::BAD_REQUEST),

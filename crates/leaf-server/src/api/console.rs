@@ -63,6 +63,7 @@ pub(super) async fn index(
             };
             (mode, generator.map(|g| g.worker_id()))
         }),
+        grpc: state.grpc().is_some(),
     };
     Ok(Html(pages::index_page(&info, now_ms(), refresh)))
 }

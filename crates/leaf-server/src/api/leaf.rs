@@ -7,9 +7,10 @@ use leaf_core::utc_parts;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Params, RestPath, parse_id, parse_tag};
+use super::{Params, RestPath, parse_id};
 use crate::admin::ClientAccess;
-use crate::error::{ApiError, Origin};
+use crate::error::ApiError;
+use crate::ops;
 use crate::state::AppState;
 
 pub(super) async fn leaf_segment(
@@ -17,14 +18,7 @@ pub(super) async fn leaf_segment(
     State(state): State<AppState>,
     RestPath(key): RestPath,
 ) -> Result<String, ApiError> {
-    let allocator = state.segment()?;
-    let tag = parse_tag(&key)?;
-    let id = allocator
-        .next_id(tag.as_str())
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
-    state.metrics().segment_issued(&tag, 1);
-    Ok(id.to_string())
+    Ok(ops::segment_id(&state, &key).await?.to_string())
 }
 
 pub(super) async fn leaf_segment_empty(
@@ -40,13 +34,7 @@ pub(super) async fn leaf_snowflake(
     State(state): State<AppState>,
 ) -> Result<String, ApiError> {
     // The key is accepted and ignored, as in Leaf.
-    let generator = state.snowflake()?;
-    let id = generator
-        .next_id()
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Snowflake, e))?;
-    state.metrics().snowflake_issued(1);
-    Ok(id.to_string())
+    Ok(ops::snowflake_id(&state).await?.to_string())
 }
 
 #[derive(Deserialize)]
@@ -61,10 +49,7 @@ pub(super) async fn leaf_decode(
     let raw = p
         .snowflake_id
         .ok_or_else(|| ApiError::bad_request("the query parameter snowflakeId is required"))?;
-    let d = state
-        .layout()
-        .decode(parse_id(&raw)?)
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let d = ops::decode(&state, parse_id(&raw)?)?;
     let (y, mo, day, h, mi, s, ms) = utc_parts(d.timestamp_ms);
     Ok(Json(json!({
         "timestamp": format!(

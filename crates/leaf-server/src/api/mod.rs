@@ -22,10 +22,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
-use leaf_core::Tag;
 use serde::de::DeserializeOwned;
 
-use crate::error::{ApiError, Origin};
+use crate::error::ApiError;
 use crate::state::AppState;
 
 /// The router of every route, with request metrics and the body limit.
@@ -315,10 +314,6 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 fn is_json(content_type: &str) -> bool {
     let essence = content_type.split(';').next().unwrap_or("").trim();
     essence.eq_ignore_ascii_case("application/json")
-}
-
-pub(super) fn parse_tag(raw: &str) -> Result<Tag, ApiError> {
-    Tag::new(raw).map_err(|e| ApiError::from_core(Origin::Segment, e))
 }
 
 pub(super) fn parse_id(raw: &str) -> Result<i64, ApiError> {

@@ -4,14 +4,15 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use leaf_core::{NewTag, Tag, TagRecord, TagUpdate};
+use leaf_core::{TagRecord, TagUpdate};
 use leaf_segment::TagSnapshot;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{JsonBody, RestPath};
 use crate::admin::Admin;
-use crate::error::{ApiError, Origin};
+use crate::error::ApiError;
+use crate::ops;
 use crate::state::AppState;
 
 #[derive(Serialize)]
@@ -62,19 +63,10 @@ pub(super) async fn list_tags(
     _: Admin,
     State(state): State<AppState>,
 ) -> Result<Json<Value>, ApiError> {
-    let allocator = state.segment()?;
-    let rows = allocator
-        .store()
-        .list()
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
-    let snapshots = allocator.snapshot();
-    let tags: Vec<TagJson> = rows
+    let tags: Vec<TagJson> = ops::list_tags(&state)
+        .await?
         .into_iter()
-        .map(|r| {
-            let cache = snapshots.iter().find(|s| s.tag == r.tag).map(snapshot_json);
-            TagJson::new(r, cache)
-        })
+        .map(|(r, cache)| TagJson::new(r, cache.as_ref().map(snapshot_json)))
         .collect();
     Ok(Json(json!({ "tags": tags })))
 }
@@ -93,26 +85,16 @@ pub(super) async fn create_tag(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<CreateTag>,
 ) -> Result<Response, ApiError> {
-    let allocator = state.segment()?;
-    let tag = Tag::new(&body.tag).map_err(|e| ApiError::from_core(Origin::Other, e))?;
-    let mut new = NewTag::new(tag.clone());
-    if let Some(m) = body.max_id {
-        new.max_id = m;
-    }
-    if let Some(s) = body.step {
-        new.step = s;
-    }
-    new.description = body.description;
-    new.validate()
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
-    let record = allocator
-        .store()
-        .create(&new)
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
-    // The tag may have been asked for (and remembered as unknown) a moment ago.
-    allocator.forget_miss(tag.as_str());
-    tracing::info!(tag = %tag, step = record.step, max_id = record.max_id, "tag created");
+    let record = ops::create_tag(
+        &state,
+        ops::CreateTag {
+            tag: body.tag,
+            max_id: body.max_id,
+            step: body.step,
+            description: body.description,
+        },
+    )
+    .await?;
     Ok((StatusCode::CREATED, Json(TagJson::new(record, None))).into_response())
 }
 
@@ -129,27 +111,10 @@ pub(super) async fn update_tag(
     RestPath(raw): RestPath,
     JsonBody(body): JsonBody<PatchTag>,
 ) -> Result<Json<TagJson>, ApiError> {
-    let allocator = state.segment()?;
-    let tag = Tag::new(&raw).map_err(|e| ApiError::from_core(Origin::Other, e))?;
     let update = TagUpdate {
         step: body.step,
         description: body.description,
     };
-    update
-        .validate()
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
-    let record = allocator
-        .store()
-        .update(&tag, &update)
-        .await
-        .map_err(|e| match e {
-            // An unknown tag answers as on every route that names one: Leaf's -2, which a
-            // client tells apart from a route this server lacks.
-            leaf_core::Error::NotFound(_) => ApiError::from_core(Origin::Segment, e),
-            e => ApiError::from_core(Origin::Other, e),
-        })?;
-    // An operator who lowered `max_id` by hand touches the row to end a remembered exhaustion.
-    allocator.forget_miss(tag.as_str());
-    tracing::info!(tag = %tag, step = record.step, "tag updated");
+    let record = ops::update_tag(&state, &raw, update).await?;
     Ok(Json(TagJson::new(record, None)))
 }

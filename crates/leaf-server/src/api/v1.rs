@@ -7,9 +7,10 @@ use leaf_core::format_utc_ms;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Params, RestPath, parse_id, parse_tag};
+use super::{Params, RestPath, parse_id};
 use crate::admin::ClientAccess;
-use crate::error::{ApiError, Origin};
+use crate::error::ApiError;
+use crate::ops;
 use crate::state::AppState;
 
 #[derive(Deserialize)]
@@ -20,21 +21,18 @@ pub(super) struct BatchParams {
 }
 
 struct Batch {
-    count: usize,
+    count: u64,
     as_string: bool,
 }
 
 impl BatchParams {
+    /// The count as a number (its range is checked by `ops`, with gRPC's) and the ID format.
     fn check(self, max: usize) -> Result<Batch, ApiError> {
         let count = match self.count.as_deref() {
             None => 1,
-            Some(raw) => match raw.trim().parse::<usize>() {
-                Ok(n) if (1..=max).contains(&n) => n,
-                _ => {
-                    return Err(ApiError::bad_request(format!(
-                        "count must be a whole number from 1 to {max}, got {raw:?}"
-                    )));
-                }
+            Some(raw) => match raw.trim().parse::<u64>() {
+                Ok(n) => n,
+                Err(_) => return Err(ops::count_error(max, &format!("{raw:?}"))),
             },
         };
         let as_string = match self.as_.as_deref() {
@@ -64,14 +62,11 @@ pub(super) async fn v1_segment(
     RestPath(raw): RestPath,
     Params(p): Params<BatchParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let allocator = state.segment()?;
-    let tag = parse_tag(&raw)?;
+    // The mode's and the tag's errors come before the count's, as they always did.
+    state.segment()?;
+    ops::parse_tag(&raw)?;
     let batch = p.check(state.max_batch())?;
-    let ids = allocator
-        .next_ids(tag.as_str(), batch.count)
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
-    state.metrics().segment_issued(&tag, ids.len() as u64);
+    let (tag, ids) = ops::segment_ids(&state, &raw, batch.count).await?;
     Ok(Json(
         json!({ "tag": tag.as_str(), "ids": ids_json(&ids, batch.as_string) }),
     ))
@@ -90,13 +85,9 @@ pub(super) async fn v1_snowflake(
     State(state): State<AppState>,
     Params(p): Params<BatchParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let generator = state.snowflake()?;
+    state.snowflake()?;
     let batch = p.check(state.max_batch())?;
-    let ids = generator
-        .next_ids(batch.count)
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Snowflake, e))?;
-    state.metrics().snowflake_issued(ids.len() as u64);
+    let ids = ops::snowflake_ids(&state, batch.count).await?;
     Ok(Json(json!({ "ids": ids_json(&ids, batch.as_string) })))
 }
 
@@ -105,10 +96,7 @@ pub(super) async fn v1_decode(
     RestPath(raw): RestPath,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&raw)?;
-    let d = state
-        .layout()
-        .decode(id)
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let d = ops::decode(&state, id)?;
     Ok(Json(json!({
         "id": id,
         "timestamp_ms": d.timestamp_ms,

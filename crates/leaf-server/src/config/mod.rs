@@ -150,7 +150,9 @@ pub struct ServerConfig {
     pub max_header_bytes: usize,
     /// A connection that has not sent a complete request head within this many seconds is closed;
     /// this bounds idle keep-alive connections and slow clients alike. A request body gets as
-    /// long (then 408). Default 30.
+    /// long (then 408), and so do a connection's first bytes, which tell HTTP/1.1 from HTTP/2.
+    /// An HTTP/2 connection (gRPC, h2c) with no request in flight for as long is closed.
+    /// Default 30.
     pub idle_timeout_s: u64,
     /// A connection whose response cannot be written for this many seconds (the client does not
     /// read it) is closed, so that a client pipelining requests it never reads holds no memory.
@@ -158,6 +160,21 @@ pub struct ServerConfig {
     pub write_timeout_s: u64,
     /// At shutdown, requests in flight get this many seconds to finish. Default 10.
     pub shutdown_timeout_s: u64,
+    /// Serve the gRPC API (`proto/leaf/v1/leaf.proto`) on the same port, to requests whose
+    /// `Content-Type` is `application/grpc`. Default true; false answers them as HTTP (a JSON
+    /// 404 from the router's fallback, which a gRPC client reports as an error).
+    pub grpc: bool,
+    /// The most IDs one gRPC stream (`StreamSegmentIds`, `StreamSnowflakeIds`) may ask for.
+    /// Default 1000000.
+    pub grpc_max_stream_ids: u64,
+    /// The IDs per message of a stream that asks for chunk 0, lowered to `max_batch` when above
+    /// it (`max_batch` also caps the chunk a stream may ask for). Default 1000.
+    pub grpc_chunk: usize,
+    /// The most concurrent HTTP/2 streams (gRPC calls in flight) on one connection. Default 256.
+    pub http2_max_concurrent_streams: u32,
+    /// An HTTP/2 connection is pinged after this many seconds without a frame, and closed when
+    /// the ping is not answered within as many seconds again. Default 20.
+    pub http2_keepalive_s: u64,
 }
 
 impl Default for ServerConfig {
@@ -174,6 +191,11 @@ impl Default for ServerConfig {
             idle_timeout_s: 30,
             write_timeout_s: 30,
             shutdown_timeout_s: 10,
+            grpc: true,
+            grpc_max_stream_ids: 1_000_000,
+            grpc_chunk: 1000,
+            http2_max_concurrent_streams: 256,
+            http2_keepalive_s: 20,
         }
     }
 }
@@ -192,6 +214,14 @@ impl fmt::Debug for ServerConfig {
             .field("idle_timeout_s", &self.idle_timeout_s)
             .field("write_timeout_s", &self.write_timeout_s)
             .field("shutdown_timeout_s", &self.shutdown_timeout_s)
+            .field("grpc", &self.grpc)
+            .field("grpc_max_stream_ids", &self.grpc_max_stream_ids)
+            .field("grpc_chunk", &self.grpc_chunk)
+            .field(
+                "http2_max_concurrent_streams",
+                &self.http2_max_concurrent_streams,
+            )
+            .field("http2_keepalive_s", &self.http2_keepalive_s)
             .finish()
     }
 }
@@ -303,6 +333,21 @@ impl ServerConfig {
                 0,
                 3_600,
             ),
+            // A stream's count is a uint32 in the .proto.
+            (
+                "server.grpc_max_stream_ids",
+                self.grpc_max_stream_ids,
+                1,
+                u64::from(u32::MAX),
+            ),
+            ("server.grpc_chunk", self.grpc_chunk as u64, 1, 1_000_000),
+            (
+                "server.http2_max_concurrent_streams",
+                u64::from(self.http2_max_concurrent_streams),
+                1,
+                10_000,
+            ),
+            ("server.http2_keepalive_s", self.http2_keepalive_s, 1, 3_600),
         ])
     }
 }
@@ -410,6 +455,10 @@ mod tests {
         ("server.idle_timeout_s", Some((1, 86_400))),
         ("server.write_timeout_s", Some((1, 86_400))),
         ("server.shutdown_timeout_s", Some((0, 3_600))),
+        ("server.grpc_max_stream_ids", Some((1, 4_294_967_295))),
+        ("server.grpc_chunk", Some((1, 1_000_000))),
+        ("server.http2_max_concurrent_streams", Some((1, 10_000))),
+        ("server.http2_keepalive_s", Some((1, 3_600))),
         // Between 0 and 1 (leaf-segment's rule).
         ("segment.preload_threshold", None),
         ("segment.switch_wait_ms", Some((0, 60_000))),

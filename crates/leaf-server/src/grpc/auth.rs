@@ -1,0 +1,63 @@
+//! The token rules of the HTTP API, on gRPC metadata: `authorization: Bearer <token>`, compared
+//! in constant time by the same functions (`crate::admin`). The ID and leasing RPCs follow the
+//! client rule (`server.client_token`); the Admin service the admin rule (`server.admin_token`,
+//! or with none a loopback peer that calls the server by a loopback name, here its
+//! `:authority`). gRPC clients are no browsers (a page cannot send gRPC: it cannot read
+//! trailers, and its `Content-Type` would need a preflight that no route here answers), so the
+//! origin rules of HTTP writes have nothing to look at.
+
+use std::net::SocketAddr;
+
+use axum::extract::ConnectInfo;
+use tonic::{Request, Status};
+
+use super::{CalledAs, status};
+use crate::admin::{Schemes, check, check_client, loopback_name};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+fn authorization<T>(req: &Request<T>) -> Option<&[u8]> {
+    req.metadata().get("authorization").map(|v| v.as_bytes())
+}
+
+fn peer<T>(req: &Request<T>) -> Option<SocketAddr> {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(p)| *p)
+}
+
+/// The client rule.
+pub(super) fn client<T>(state: &AppState, req: &Request<T>) -> Result<(), Status> {
+    check_client(state.client_token(), authorization(req)).map_err(status)
+}
+
+/// The admin rule.
+pub(super) fn admin<T>(state: &AppState, req: &Request<T>) -> Result<(), Status> {
+    let token = state.admin_token();
+    check(token, authorization(req), peer(req), Schemes::Bearer).map_err(status)?;
+    if token.is_empty() {
+        let called_as = req
+            .extensions()
+            .get::<CalledAs>()
+            .and_then(|c| c.0.as_deref());
+        loopback_name(called_as, ":authority").map_err(status)?;
+    }
+    Ok(())
+}
+
+/// The host rule (`server.allowed_hosts`) on the name the request called the server by.
+pub(super) fn allowed_host(state: &AppState, called_as: Option<&str>) -> Result<(), ApiError> {
+    let allowed = state.allowed_hosts();
+    match called_as {
+        _ if allowed.is_any() => Ok(()),
+        Some(name) if allowed.admits(name) => Ok(()),
+        Some(name) => Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            format!(":authority {name:?} is not a name in server.allowed_hosts"),
+        )),
+        None => Err(ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "the request names no :authority, and server.allowed_hosts is set",
+        )),
+    }
+}

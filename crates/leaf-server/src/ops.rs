@@ -1,0 +1,286 @@
+//! What the HTTP routes and the gRPC RPCs do, written once: each operation checks its input
+//! by the server's rules, does the work, counts what it issued and maps errors to
+//! [`ApiError`]. The HTTP handlers (`crate::api`) and the gRPC services (`crate::grpc`) only
+//! read their requests and write their answers around these calls, so the two APIs cannot
+//! drift apart in what they allow, issue or refuse.
+
+use leaf_core::{Allocation, DecodedId, NewTag, Tag, TagRecord, TagUpdate};
+use leaf_segment::TagSnapshot;
+
+use crate::error::{ApiError, Origin};
+use crate::metrics::Family;
+use crate::state::AppState;
+
+/// `count` within `1..=max`, else the 400 (`INVALID_ARGUMENT`) naming the bounds.
+pub(crate) fn check_count(count: u64, max: usize) -> Result<usize, ApiError> {
+    match usize::try_from(count) {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(count_error(max, &count.to_string())),
+    }
+}
+
+/// The error of a count outside `1..=max` (or not a number), showing what was sent.
+pub(crate) fn count_error(max: usize, shown: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "count must be a whole number from 1 to {max}, got {shown}"
+    ))
+}
+
+/// A tag as a client sent it: checked by [`Tag::new`]'s rules.
+pub(crate) fn parse_tag(raw: &str) -> Result<Tag, ApiError> {
+    Tag::new(raw).map_err(|e| ApiError::from_core(Origin::Segment, e))
+}
+
+/// `count` segment IDs of `raw_tag`, ascending, counted in the metrics. The checks run in the
+/// HTTP routes' order: the mode, the tag, the count.
+pub(crate) async fn segment_ids(
+    state: &AppState,
+    raw_tag: &str,
+    count: u64,
+) -> Result<(Tag, Vec<i64>), ApiError> {
+    state.segment()?;
+    let tag = parse_tag(raw_tag)?;
+    let count = check_count(count, state.max_batch())?;
+    let ids = take_segment_ids(state, &tag, count).await?;
+    Ok((tag, ids))
+}
+
+/// One segment ID of `raw_tag` (Leaf's route, and gRPC's single IDs go through
+/// [`segment_ids`] with a count of 1, which takes the same path).
+pub(crate) async fn segment_id(state: &AppState, raw_tag: &str) -> Result<i64, ApiError> {
+    let (_, ids) = segment_ids(state, raw_tag, 1).await?;
+    one(ids)
+}
+
+/// One snowflake ID.
+pub(crate) async fn snowflake_id(state: &AppState) -> Result<i64, ApiError> {
+    one(snowflake_ids(state, 1).await?)
+}
+
+/// The one ID of a batch of one.
+fn one(ids: Vec<i64>) -> Result<i64, ApiError> {
+    ids.first().copied().ok_or_else(|| {
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error: a batch of one held no ID",
+        )
+    })
+}
+
+/// `count` IDs of a checked `tag` (one with `next_id`, more with `next_ids`), counted in the
+/// metrics; for a stream's chunks, whose request was checked once.
+pub(crate) async fn take_segment_ids(
+    state: &AppState,
+    tag: &Tag,
+    count: usize,
+) -> Result<Vec<i64>, ApiError> {
+    let allocator = state.segment()?;
+    let ids = if count == 1 {
+        allocator.next_id(tag.as_str()).await.map(|id| vec![id])
+    } else {
+        allocator.next_ids(tag.as_str(), count).await
+    }
+    .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+    state.metrics().segment_issued(tag, ids.len() as u64);
+    Ok(ids)
+}
+
+/// `count` snowflake IDs, ascending, counted in the metrics.
+pub(crate) async fn snowflake_ids(state: &AppState, count: u64) -> Result<Vec<i64>, ApiError> {
+    state.snowflake()?;
+    let count = check_count(count, state.max_batch())?;
+    take_snowflake_ids(state, count).await
+}
+
+/// `count` snowflake IDs of a checked request, counted in the metrics.
+pub(crate) async fn take_snowflake_ids(
+    state: &AppState,
+    count: usize,
+) -> Result<Vec<i64>, ApiError> {
+    let generator = state.snowflake()?;
+    let ids = if count == 1 {
+        generator.next_id().await.map(|id| vec![id])
+    } else {
+        generator.next_ids(count).await
+    }
+    .map_err(|e| ApiError::from_core(Origin::Snowflake, e))?;
+    state.metrics().snowflake_issued(ids.len() as u64);
+    Ok(ids)
+}
+
+/// The step rule of allocations: a whole number from 1, lowered to `max_step` when above it
+/// (`None`: the stored step). Rows may hold steps up to `i32::MAX` while the servers' limit is
+/// lower, and a leasing client asks at least its row's step: a refusal would end its leases, so
+/// the answer's `used_step` tells it the step it got instead. `shown` is the value as sent.
+pub(crate) fn check_step(
+    step: Option<i64>,
+    max_step: i64,
+    shown: &str,
+) -> Result<Option<i64>, ApiError> {
+    match step {
+        None => Ok(None),
+        Some(n) if n >= 1 => Ok(Some(n.min(max_step))),
+        Some(_) => Err(step_error(max_step, shown)),
+    }
+}
+
+/// The error of a step that is not a whole number from 1, showing what was sent.
+pub(crate) fn step_error(max_step: i64, shown: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "step must be a whole number from 1 (one above {max_step}, segment.max_step, is \
+         lowered to it), got {shown}"
+    ))
+}
+
+/// One allocation of `raw_tag` straight from the store (never from this server's buffers),
+/// for a leasing client of address `family`; `step` as [`check_step`] reads it.
+pub(crate) async fn allocate(
+    state: &AppState,
+    raw_tag: &str,
+    step: Option<i64>,
+    shown_step: &str,
+    family: Family,
+) -> Result<Allocation, ApiError> {
+    let allocator = state.segment()?;
+    let tag = parse_tag(raw_tag)?;
+    let step = check_step(step, allocator.config().max_step, shown_step)?;
+    let a = allocator
+        .store()
+        .allocate(&tag, step)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+    state
+        .metrics()
+        .client_allocation(&tag, family, a.used_step.max(0) as u64);
+    Ok(a)
+}
+
+/// The stored row of `raw_tag`; unknown: 404 with Leaf's -2.
+pub(crate) async fn get_tag(state: &AppState, raw_tag: &str) -> Result<TagRecord, ApiError> {
+    let allocator = state.segment()?;
+    let tag = parse_tag(raw_tag)?;
+    allocator
+        .store()
+        .get(&tag)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))?
+        .ok_or_else(|| {
+            ApiError::from_core(
+                Origin::Segment,
+                leaf_core::Error::NotFound(format!("tag {tag}")),
+            )
+        })
+}
+
+/// `id` decoded with the configured layout and epoch (whether or not snowflake mode runs).
+pub(crate) fn decode(state: &AppState, id: i64) -> Result<DecodedId, ApiError> {
+    state
+        .layout()
+        .decode(id)
+        .map_err(|e| ApiError::from_core(Origin::Other, e))
+}
+
+/// Every stored row, with this server's cache of the tag when it holds one.
+pub(crate) async fn list_tags(
+    state: &AppState,
+) -> Result<Vec<(TagRecord, Option<TagSnapshot>)>, ApiError> {
+    let allocator = state.segment()?;
+    let rows = allocator
+        .store()
+        .list()
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let mut snapshots = allocator.snapshot();
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let cache = snapshots
+                .iter()
+                .position(|s| s.tag == r.tag)
+                .map(|i| snapshots.swap_remove(i));
+            (r, cache)
+        })
+        .collect())
+}
+
+/// A new tag's fields as a client sent them.
+pub(crate) struct CreateTag {
+    pub(crate) tag: String,
+    pub(crate) max_id: Option<i64>,
+    pub(crate) step: Option<i64>,
+    pub(crate) description: Option<String>,
+}
+
+/// Creates a tag; 409 (`ALREADY_EXISTS`) if it exists.
+pub(crate) async fn create_tag(state: &AppState, body: CreateTag) -> Result<TagRecord, ApiError> {
+    let allocator = state.segment()?;
+    let tag = Tag::new(&body.tag).map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let mut new = NewTag::new(tag.clone());
+    if let Some(m) = body.max_id {
+        new.max_id = m;
+    }
+    if let Some(s) = body.step {
+        new.step = s;
+    }
+    new.description = body.description;
+    new.validate()
+        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let record = allocator
+        .store()
+        .create(&new)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    // The tag may have been asked for (and remembered as unknown) a moment ago.
+    allocator.forget_miss(tag.as_str());
+    tracing::info!(tag = %tag, step = record.step, max_id = record.max_id, "tag created");
+    Ok(record)
+}
+
+/// Changes a tag's stored step or description; an unknown tag is a 404 with Leaf's -2.
+pub(crate) async fn update_tag(
+    state: &AppState,
+    raw_tag: &str,
+    update: TagUpdate,
+) -> Result<TagRecord, ApiError> {
+    let allocator = state.segment()?;
+    let tag = Tag::new(raw_tag).map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    update
+        .validate()
+        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let record = allocator
+        .store()
+        .update(&tag, &update)
+        .await
+        .map_err(|e| match e {
+            // An unknown tag answers as on every route that names one: Leaf's -2, which a
+            // client tells apart from a route this server lacks.
+            leaf_core::Error::NotFound(_) => ApiError::from_core(Origin::Segment, e),
+            e => ApiError::from_core(Origin::Other, e),
+        })?;
+    // An operator who lowered `max_id` by hand touches the row to end a remembered exhaustion.
+    allocator.forget_miss(tag.as_str());
+    tracing::info!(tag = %tag, step = record.step, "tag updated");
+    Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_table() {
+        let check = |n: u64, ok: Option<usize>| {
+            let got = check_count(n, 10);
+            assert_eq!(got.as_ref().ok().copied(), ok, "{n}");
+            if let Err(e) = got {
+                assert_eq!(e.status.as_u16(), 400);
+                assert!(e.message.contains("from 1 to 10"), "{}", e.message);
+            }
+        };
+        check(0, None);
+        check(1, Some(1));
+        check(10, Some(10));
+        check(11, None);
+        check(u64::MAX, None);
+    }
+}

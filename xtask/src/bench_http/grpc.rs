@@ -1,0 +1,168 @@
+//! `--grpc`: the gRPC API beside the HTTP routes, one server, one load generator
+//! (`leaf-loadgen`, which speaks HTTP/1.1 and gRPC over the same number of connections with
+//! one request in flight on each), one session: single IDs (`GET /api/segment/get/{tag}`
+//! against `NextSegmentIds { count: 1 }`), batches (`?count=1000` against
+//! `NextSegmentIds { count: 1000 }`), and streamed IDs (`StreamSegmentIds`, a million per
+//! stream, chunks of the default 1000 and of 10000) against the HTTP batches. The baseline of
+//! the single IDs is the transport's own: `leaf-loadgen --bare`, a hyper server on the same
+//! auto builder whose only work is an atomic increment, driven the same way over HTTP/1.1 and
+//! over gRPC.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+use super::server::{Server, server_command};
+use super::{CONNECTIONS, SEGMENT};
+
+/// One run of `leaf-loadgen`.
+struct Run {
+    requests_per_s: f64,
+    ids_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    errors: u64,
+}
+
+fn loadgen(binary: &Path, addr: &str, args: &[&str], seconds: u64) -> Result<Run> {
+    eprintln!("xtask: == leaf-loadgen {addr} {}", args.join(" "));
+    let out = Command::new(binary)
+        .arg(addr)
+        .args(args)
+        .args(["--seconds", &seconds.to_string()])
+        .args(["--connections", &CONNECTIONS.to_string()])
+        .output()
+        .context("cannot run leaf-loadgen")?;
+    if !out.status.success() {
+        bail!(
+            "leaf-loadgen failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v: Value =
+        serde_json::from_slice(&out.stdout).context("cannot parse leaf-loadgen's json")?;
+    let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let run = Run {
+        requests_per_s: f("requests_per_s"),
+        ids_per_s: f("ids_per_s"),
+        p50_ms: f("p50_ms"),
+        p99_ms: f("p99_ms"),
+        p999_ms: f("p999_ms"),
+        errors: v["errors"].as_u64().unwrap_or(0),
+    };
+    if run.errors > 0 {
+        eprintln!("xtask: == leaf-loadgen: {} errors", run.errors);
+    }
+    Ok(run)
+}
+
+pub(super) fn compare_grpc(root: &Path, seconds: u64) -> Result<()> {
+    crate::cargo(
+        root,
+        "build leaf-server and leaf-loadgen",
+        &[
+            "build",
+            "--release",
+            "-p",
+            "leaf-server",
+            "-p",
+            "leaf-loadgen",
+        ],
+    )?;
+    let release = crate::bench::target_dir(root).join("release");
+    let (server_bin, loadgen_bin) = (release.join("leaf-server"), release.join("leaf-loadgen"));
+    let (mut cmd, dir, addr) = server_command(&server_bin, "grpc")?;
+    cmd.env("LEAF_SNOWFLAKE__ENABLED", "false");
+    let (mut server, _) = Server::start(&mut cmd, "leaf-server", addr, &[SEGMENT])?;
+    let a = addr.to_string();
+    // A warm-up that grows the tag's dynamic step, so that no measured run pays for the
+    // first small segments.
+    loadgen(&loadgen_bin, &a, &["grpc-stream", "--count", "1000000"], 3)?;
+    loadgen(&loadgen_bin, &a, &["http", "--count", "1000"], 2)?;
+    let runs = [
+        ("HTTP GET /api/segment/get/{tag}", vec!["http"]),
+        ("gRPC NextSegmentIds { count: 1 }", vec!["grpc"]),
+        (
+            "HTTP GET /v1/segment/{tag}?count=1000",
+            vec!["http", "--count", "1000"],
+        ),
+        (
+            "gRPC NextSegmentIds { count: 1000 }",
+            vec!["grpc", "--count", "1000"],
+        ),
+        (
+            "gRPC StreamSegmentIds { count: 1000000 } (chunk 1000)",
+            vec!["grpc-stream", "--count", "1000000"],
+        ),
+        (
+            "gRPC StreamSegmentIds { count: 1000000, chunk: 10000 }",
+            vec!["grpc-stream", "--count", "1000000", "--chunk", "10000"],
+        ),
+    ];
+    let mut results = Vec::new();
+    for (name, args) in &runs {
+        results.push((*name, loadgen(&loadgen_bin, &a, args, seconds)?));
+    }
+    server.stop();
+    std::fs::remove_dir_all(&dir).ok();
+
+    let mut bare = Server(
+        Command::new(&loadgen_bin)
+            .args(["--bare", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start leaf-loadgen --bare")?,
+    );
+    let mut line = String::new();
+    let stdout = bare.0.stdout.take().context("no stdout")?;
+    BufReader::new(stdout).read_line(&mut line)?;
+    let bare_addr = line.trim().to_owned();
+    for (name, args) in [
+        ("bare hyper, HTTP/1.1: an atomic increment", vec!["http"]),
+        ("bare hyper, gRPC: an atomic increment", vec!["grpc"]),
+    ] {
+        results.push((name, loadgen(&loadgen_bin, &bare_addr, &args, seconds)?));
+    }
+    drop(bare);
+
+    println!();
+    println!("| what | calls/s | IDs/s | p50 ms | p99 ms | p99.9 ms | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (name, r) in &results {
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {} |",
+            r.requests_per_s, r.ids_per_s, r.p50_ms, r.p99_ms, r.p999_ms, r.errors
+        );
+    }
+    let ids = |i: usize| results[i].1.ids_per_s;
+    println!();
+    println!(
+        "- gRPC unary single IDs / HTTP single IDs: {:.2}x (target at least 0.8x); the bare \
+         transport's gRPC / HTTP/1.1: {:.2}x",
+        ids(1) / ids(0),
+        results[7].1.requests_per_s / results[6].1.requests_per_s
+    );
+    println!(
+        "- leaf-server / bare hyper: HTTP/1.1 {:.2}x, gRPC {:.2}x",
+        results[0].1.requests_per_s / results[6].1.requests_per_s,
+        results[1].1.requests_per_s / results[7].1.requests_per_s
+    );
+    println!(
+        "- gRPC unary count=1000 / HTTP count=1000: {:.2}x",
+        ids(3) / ids(2)
+    );
+    println!(
+        "- streamed IDs (chunk 1000) / HTTP count=1000 batches: {:.2}x (target at least 1.5x); chunk 10000: {:.2}x",
+        ids(4) / ids(2),
+        ids(5) / ids(2)
+    );
+    println!(
+        "- {CONNECTIONS} connections, one call in flight on each, {seconds} s per run, snowflake \
+         mode off; a stream's latency is the whole stream's"
+    );
+    Ok(())
+}
