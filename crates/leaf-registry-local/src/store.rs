@@ -9,6 +9,7 @@ use leaf_core::{
     Allocation, Error, NewTag, Result, SegmentStore, StoreCapabilities, Tag, TagRecord, TagUpdate,
 };
 use leaf_core::{clamp_step, validate_step};
+use leaf_sql::not_found;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
@@ -160,20 +161,9 @@ async fn enable_wal(opts: &SqliteConnectOptions, busy: Duration) -> Result<()> {
     }
 }
 
+/// A row as Leaf's record, read as every SQL store reads it (`leaf_sql::record`).
 fn record(row: &SqliteRow) -> Result<TagRecord> {
-    let col = |e: sqlx::Error| map_sqlx(e, "leaf_alloc row");
-    let tag: String = row.try_get("biz_tag").map_err(col)?;
-    Ok(TagRecord {
-        tag: Tag::try_from(tag)?,
-        max_id: row.try_get("max_id").map_err(col)?,
-        step: row.try_get("step").map_err(col)?,
-        description: row.try_get("description").map_err(col)?,
-        updated_at_ms: row.try_get("updated_at_ms").map_err(col)?,
-    })
-}
-
-fn not_found(tag: &Tag) -> Error {
-    Error::NotFound(format!("tag {tag}"))
+    leaf_sql::record(row, |e| map_sqlx(e, "leaf_alloc row"))
 }
 
 #[async_trait]
@@ -239,19 +229,9 @@ impl SegmentStore for SqliteStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_sqlx(e, "leaf_alloc"))?;
-        let mut records = Vec::with_capacity(rows.len());
-        for row in &rows {
-            match record(row) {
-                Ok(r) => records.push(r),
-                // One row written by other tools with a tag no request can name must not hide
-                // every other tag.
-                Err(Error::InvalidInput(why)) => {
-                    tracing::warn!(%why, "leaf_alloc row skipped: its biz_tag is not a valid tag");
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(records)
+        // A row whose biz_tag is not a valid tag is skipped; any other row that cannot be read
+        // fails the listing (the table is this store's own, with Leaf's types).
+        leaf_sql::records(&rows, record, |e| matches!(e, Error::InvalidInput(_)))
     }
 
     async fn create(&self, new: &NewTag) -> Result<TagRecord> {

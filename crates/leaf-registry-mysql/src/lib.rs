@@ -6,55 +6,90 @@ mod error;
 mod registry;
 mod store;
 
-pub use config::{MysqlConfig, MysqlRegistryConfig, MysqlStoreConfig, REGISTRY_ONLY_KEYS};
-pub use registry::{LEAF_WORKERID_ALLOC_DDL, MysqlBackend, MysqlRegistry};
-pub use store::{LEAF_ALLOC_DDL, MysqlStore};
-
-use std::path::Path;
-use std::sync::Arc;
+pub use config::MysqlConfig;
+pub use leaf_sql::REGISTRY_ONLY_KEYS;
+pub use registry::LEAF_WORKERID_ALLOC_DDL;
+pub use store::LEAF_ALLOC_DDL;
 
 use async_trait::async_trait;
-use leaf_core::backend::{Backend, Registry};
-use leaf_core::{Result, SegmentStore, StoreCapabilities};
+use leaf_sql::{Dialect, ServerError};
+use sqlx::mysql::{MySql, MySqlPool};
+use sqlx::pool::PoolOptions;
+
+/// The segment store's settings (`[segment]` with `store = "mysql"`).
+pub type MysqlStoreConfig = MysqlConfig;
+
+/// The `mysql` workerId mode's settings (`[snowflake.mysql]`).
+pub type MysqlRegistryConfig = MysqlConfig;
 
 /// MySQL's store and workerId mode (`segment.store = "mysql"`, `snowflake.mode = "mysql"`,
 /// tables `[segment.mysql]` and `[snowflake.mysql]`), for `leaf-server`'s composition.
+pub type Mysql = leaf_sql::Sql<MysqlDialect>;
+
+/// A segment store on Leaf's `leaf_alloc` table, safe for any number of servers at once.
+///
+/// An allocation is one transaction, as in Leaf: `UPDATE leaf_alloc SET max_id = max_id + step`
+/// (or `+ ?`, the dynamic step) `WHERE biz_tag = ?`, then the `SELECT` of the row. The update
+/// holds the row's lock until the commit, so two servers never read the same `max_id`. Near
+/// `i64::MAX` the row is read under its lock first and the step cut to what is left. Every
+/// call is bounded by `timeout_ms`, a row lock wait by `lock_wait_timeout_s`; both fail with
+/// `Unavailable`, never hang.
+pub type MysqlStore = leaf_sql::SqlStore<MysqlDialect>;
+
+/// The `mysql` workerId mode, as in the fork (NotFound9/Leaf): each node (`ip:port`) owns one
+/// row of `leaf_workerid_alloc`, and the row's auto-increment `id` **is** its worker id, for
+/// ever. Keeping the fork's rule (rather than `id - 1`) means a fleet moving from the fork
+/// keeps every node's worker id. The cache file is `{cache_dir}/worker-mysql-{name}`.
+///
+/// While it holds its worker id the node holds the MySQL user lock
+/// `GET_LOCK('leaf_workerid:{db}/{ip:port}')` on a dedicated connection (the fork's table is
+/// unchanged) whose `wait_timeout` is set; the rest is `leaf_sql::SqlBackend`'s.
+pub type MysqlBackend = leaf_sql::SqlBackend<MysqlDialect>;
+
+/// The `mysql` workerId mode with the worker-id cache file: what the server runs.
+pub type MysqlRegistry = leaf_sql::SqlRegistry<MysqlDialect>;
+
+/// MySQL's (and MariaDB's) dialect of `leaf_sql`: its statements, its `GET_LOCK` identity lock,
+/// its error numbers.
 #[derive(Debug)]
-pub struct Mysql;
+pub struct MysqlDialect;
 
 #[async_trait]
-impl Backend for Mysql {
+impl Dialect for MysqlDialect {
+    type Db = MySql;
     type Config = MysqlConfig;
-    const TABLE: &'static str = "mysql";
-    const STORE: Option<&'static str> = Some("mysql");
-    const MODE: Option<&'static str> = Some("mysql");
-    const MODE_ONLY_KEYS: &'static [&'static str] = REGISTRY_ONLY_KEYS;
+    const NAME: &'static str = "mysql";
 
-    fn validate(config: &MysqlConfig) -> Result<()> {
-        config.validate()
+    fn pool_options(config: &MysqlConfig, pool: PoolOptions<MySql>) -> PoolOptions<MySql> {
+        config.pool_options(pool)
     }
 
-    /// Durable, shared by any number of servers.
-    fn store_capabilities(config: &MysqlConfig) -> StoreCapabilities {
-        let _ = config;
-        StoreCapabilities::new(true, true)
+    /// Looked up in `information_schema` first; a table another process created between the
+    /// look and the DDL is taken as it is.
+    async fn create_table(
+        pool: &MySqlPool,
+        table: &str,
+        ddl: &'static str,
+    ) -> Result<bool, sqlx::Error> {
+        let exists: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = ?",
+        )
+        .bind(table)
+        .fetch_one(pool)
+        .await?;
+        if exists > 0 {
+            return Ok(false);
+        }
+        match sqlx::query(ddl).execute(pool).await {
+            Ok(_) => Ok(true),
+            Err(e) if error::is_table_exists(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
-    /// `leaf_alloc` created when missing, checked when present, after
-    /// [`MysqlConfig::validate_store`]. `name` (the leaf name) is not used: the database is
-    /// the namespace.
-    async fn open_store(config: &MysqlConfig, name: &str) -> Result<Arc<dyn SegmentStore>> {
-        let _ = name;
-        config.validate_store()?;
-        Ok(Arc::new(MysqlStore::connect(config).await?))
-    }
-
-    /// The registry on the server of `config`, its cache file in `cache_dir`. Nothing is
-    /// contacted before its first `acquire`.
-    fn open_registry(config: &MysqlConfig, cache_dir: &Path, name: &str) -> Result<Registry> {
-        config.validate()?;
-        let registry = MysqlBackend::connect(config, name)?.registry(cache_dir);
-        Ok(Registry::without_peers(Arc::new(registry)))
+    fn classify(e: &sqlx::Error) -> Option<ServerError> {
+        error::classify(e)
     }
 }
 

@@ -1,13 +1,17 @@
-//! The MySQL segment store on a real server: Leaf's table used as it is, created only when
-//! missing, and errors by kind.
+//! The MySQL segment store on a real server: what every SQL store runs
+//! (`leaf_testkit::sql_cases::store`), Leaf's table used as it is, created only when missing,
+//! and credentials revoked while serving.
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use leaf_core::{Error, SegmentStore, Tag};
 use leaf_registry_mysql::{LEAF_ALLOC_DDL, MysqlConfig, MysqlStore};
+use leaf_testkit::sql::database;
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
+
+use common::Backend;
+
+leaf_testkit::sql_store_tests!(Backend);
 
 async fn raw(url: &str) -> MySqlConnection {
     MySqlConnection::connect(url).await.expect("raw connection")
@@ -21,15 +25,9 @@ async fn show_create(conn: &mut MySqlConnection, table: &str) -> String {
     row.try_get::<String, _>(1).expect("ddl text")
 }
 
-fn closed_port() -> u16 {
-    // Bound and released: nothing listens there afterwards.
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_existing_leaf_table_is_used_as_it_is() {
-    let db = common::database().await;
+    let db = database::<Backend>().await;
     let mut conn = raw(&db.url).await;
     // A Leaf database that someone changed a little: it must stay exactly as it is.
     sqlx::query(
@@ -50,7 +48,9 @@ async fn an_existing_leaf_table_is_used_as_it_is() {
     .unwrap();
     let before = show_create(&mut conn, "leaf_alloc").await;
 
-    let store = MysqlStore::connect(&common::config(&db)).await.unwrap();
+    let store = MysqlStore::connect(&MysqlConfig::with_url(&db.url))
+        .await
+        .unwrap();
     let tag = Tag::new("leaf-segment-test").unwrap();
     assert_eq!(store.allocate(&tag, None).await.unwrap().range(), 1..2001);
     assert_eq!(
@@ -77,10 +77,12 @@ async fn an_existing_leaf_table_is_used_as_it_is() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_table_is_created_with_leafs_ddl() {
-    let db = common::database().await;
-    MysqlStore::connect(&common::config(&db)).await.unwrap();
+    let db = database::<Backend>().await;
+    MysqlStore::connect(&MysqlConfig::with_url(&db.url))
+        .await
+        .unwrap();
     // The same DDL run by hand in a second database gives the same table.
-    let reference = common::database().await;
+    let reference = database::<Backend>().await;
     let mut conn = raw(&reference.url).await;
     sqlx::query(LEAF_ALLOC_DDL)
         .execute(&mut conn)
@@ -93,74 +95,16 @@ async fn a_missing_table_is_created_with_leafs_ddl() {
         || expected.contains("`update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP"),
         "{expected}");
     // A second start finds the table and leaves it.
-    MysqlStore::connect(&common::config(&db)).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_without_leafs_columns_is_a_config_error() {
-    let db = common::database().await;
-    let mut conn = raw(&db.url).await;
-    sqlx::query("CREATE TABLE leaf_alloc (biz_tag varchar(128) PRIMARY KEY, max_id bigint)")
-        .execute(&mut conn)
+    MysqlStore::connect(&MysqlConfig::with_url(&db.url))
         .await
         .unwrap();
-    let e = MysqlStore::connect(&common::config(&db)).await.unwrap_err();
-    assert!(
-        matches!(&e, Error::Config(m) if m.starts_with("url")),
-        "{e}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_password_is_a_config_error_that_does_not_show_it() {
-    let db = common::database().await;
-    let config = MysqlConfig {
-        password: Some("not-the-password".into()),
-        ..common::config(&db)
-    };
-    let e = MysqlStore::connect(&config).await.unwrap_err();
-    assert!(
-        matches!(&e, Error::Config(m) if m.starts_with("url")),
-        "{e}"
-    );
-    assert!(!e.to_string().contains("not-the-password"), "{e}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_server_is_unavailable_quickly() {
-    let config = MysqlConfig {
-        connect_timeout_ms: 300,
-        timeout_ms: 1000,
-        ..MysqlConfig::with_url(format!("mysql://root:pw@127.0.0.1:{}/leaf", closed_port()))
-    };
-    let started = Instant::now();
-    let e = MysqlStore::connect(&config).await.unwrap_err();
-    assert!(
-        matches!(e, Error::Unavailable(_)) && e.is_retryable(),
-        "{e}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn debug_output_hides_the_password() {
-    let db = common::database().await;
-    let store = MysqlStore::connect(&common::config(&db)).await.unwrap();
-    let shown = format!("{store:?}");
-    assert!(!shown.contains(":leaftest@"), "{shown}");
-    assert!(shown.contains("root:***@"), "{shown}");
-    assert!(shown.contains("root:***@"), "{shown}");
 }
 
 /// Credentials revoked while serving are an outage (503, retryable), not a server error, and
 /// the client-facing message carries none of the server's text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_refused_while_serving_are_unavailable() {
-    let db = common::database().await;
+    let db = database::<Backend>().await;
     let mut admin = raw(&db.url).await;
     let user = format!("rt{}", fastrand::u32(..));
     for sql in [

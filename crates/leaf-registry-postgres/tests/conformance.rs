@@ -2,18 +2,18 @@
 
 mod common;
 
-use common::{RegistryFix, StoreFix};
+use common::Fix;
 
 leaf_testkit::store_conformance!(
     postgres_store,
-    async { StoreFix::new().await },
+    async { Fix::new().await },
     durable = true,
     multi_process = true,
 );
 
 leaf_testkit::registry_conformance!(
     postgres_registry,
-    async { RegistryFix::new().await },
+    async { Fix::new().await },
     recycles = false,
     assigns_distinct_ids = true,
     exclusive_identity = true,
@@ -22,7 +22,7 @@ leaf_testkit::registry_conformance!(
 
 leaf_testkit::registry_conformance!(
     postgres_registry_fenced,
-    async { RegistryFix::fenced().await },
+    async { Fix::fenced().await },
     recycles = false,
     assigns_distinct_ids = true,
     exclusive_identity = true,

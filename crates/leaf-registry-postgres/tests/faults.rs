@@ -1,106 +1,50 @@
-//! Faults on a real server: PostgreSQL stopped and started while segment mode serves and while
-//! a worker id is held, row locks held by another transaction, and a database whose default
-//! isolation rolls concurrent allocations back. Every failure must be quick and retryable,
-//! never a hang, and no ID may repeat.
+//! Faults on a real server: what every SQL store runs (`leaf_testkit::sql_cases::faults`:
+//! segment mode through a restart of the server, a row lock held by another transaction), and
+//! PostgreSQL's own: the server stopped and started while a worker id is held, a stalled
+//! allocation given up by the server too, and a database whose default isolation rolls
+//! concurrent allocations back. Every failure must be quick and retryable, never a hang, and no
+//! ID may repeat.
 
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use leaf_core::{
-    AcquireRequest, Error, NewTag, NodeIdentity, Renewal, SegmentStore, SystemClock, Tag,
-    WorkerIdRegistry,
-};
-use leaf_registry_postgres::{PostgresBackend, PostgresConfig, PostgresStore};
-use leaf_segment::{SegmentAllocator, SegmentConfig};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use leaf_core::{Error, NewTag, NodeIdentity, Renewal, SegmentStore, Tag, WorkerIdRegistry};
+use leaf_registry_postgres::{PostgresConfig, PostgresStore};
+use leaf_testkit::sql::{config_of, database, database_on, registry_of};
+use leaf_testkit::sql_cases::faults::{first_range_once_recovered, hold_row_lock, store_with_tag};
+use leaf_testkit::sql_cases::{now_ms, request};
+use serde_json::json;
 
-use common::provision;
+use common::Backend;
+
+leaf_testkit::sql_tests!(Backend, faults;
+    segment_mode_serves_through_a_server_restart_without_repeating_an_id,
+    a_held_row_lock_fails_the_allocation_within_the_lock_timeout =
+        a_held_row_lock_fails_the_allocation(json!({ "lock_timeout_ms": 1000 })),
+);
 
 /// Longer than any single call may take: a call slower than this counts as a hang.
 const CALL_BOUND: Duration = Duration::from_secs(3);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-async fn exec(url: &str, sql: &str) {
-    let mut conn = PgConnection::connect(url).await.expect("raw connection");
-    sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
-        .execute(&mut conn)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn segment_mode_serves_through_a_server_restart_without_repeating_an_id() {
-    // A server of our own: stopping the shared one would break the other tests.
-    let server = provision::dedicated(&provision::POSTGRES)
-        .await
-        .unwrap_or_else(|e| panic!("no PostgreSQL container for the restart test: {e}"));
-    let db = provision::postgres_database_on(server.endpoint())
-        .await
-        .expect("a database");
-    let config = PostgresConfig {
-        connect_timeout_ms: 1000,
-        timeout_ms: 2000,
-        ..PostgresConfig::with_url(&db.url)
-    };
-    let store: Arc<dyn SegmentStore> = Arc::new(PostgresStore::connect(&config).await.unwrap());
-    let tag = Tag::new("restart").unwrap();
-    store
-        .create(&NewTag {
-            step: 1000,
-            ..NewTag::new(tag.clone())
-        })
-        .await
-        .unwrap();
-    // While the server is up this test wants every request served, so the switch waits long
-    // enough for a load on a loaded machine, and still far below the scenario's bound of one
-    // call once it is down.
-    let segment_config = SegmentConfig {
-        switch_wait: Duration::from_millis(500),
-        ..SegmentConfig::default()
-    };
-    let alloc = SegmentAllocator::new(store.clone(), Arc::new(SystemClock::new()), segment_config);
-    alloc.init().await.unwrap();
-
-    leaf_testkit::faults::segments_through_a_server_restart(&server, || alloc.next_id("restart"))
-        .await;
-    drop(alloc);
-    drop(db);
-    server.remove().await.expect("remove the container");
-}
 
 /// A worker id held while PostgreSQL stops and starts: renewals go on into the cache file
 /// (the node keeps issuing), and once the server is back the identity lock is taken again and
 /// the marks reach the table again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_id_is_kept_through_a_server_restart() {
-    let server = provision::dedicated(&provision::POSTGRES)
+    let server = leaf_testkit::provision::dedicated(&leaf_testkit::provision::POSTGRES)
         .await
         .unwrap_or_else(|e| panic!("no PostgreSQL container for the restart test: {e}"));
-    let db = provision::postgres_database_on(server.endpoint())
-        .await
-        .expect("a database");
-    let config = PostgresConfig {
-        connect_timeout_ms: 500,
-        timeout_ms: 1000,
-        ..PostgresConfig::with_url(&db.url)
-    };
+    let db = database_on::<Backend>(server.endpoint()).await;
+    let config = config_of::<Backend>(
+        &db.url,
+        json!({ "connect_timeout_ms": 500, "timeout_ms": 1000 }),
+    );
     let dir = tempfile::tempdir().unwrap();
-    let node = PostgresBackend::connect(&config, "leaf")
-        .unwrap()
-        .registry(dir.path());
+    let node: Arc<dyn WorkerIdRegistry> = registry_of::<Backend>(&config, dir.path().into());
     let me = NodeIdentity::new("10.0.0.1", 8001);
-    let lease = node
-        .acquire(&AcquireRequest::new(me.clone(), 1023, now_ms()))
-        .await
-        .unwrap();
+    let lease = node.acquire(&request(me.clone(), 1023)).await.unwrap();
 
     server.stop(Duration::from_secs(10)).await.expect("stop");
     let mut mark = now_ms() + 3000;
@@ -114,16 +58,12 @@ async fn a_worker_id_is_kept_through_a_server_restart() {
 
     server.start().await.expect("start");
     let deadline = Instant::now() + Duration::from_secs(30);
+    let id = lease.worker_id;
     loop {
         mark += 100;
         assert_eq!(node.renew(&lease, mark).await.unwrap(), Renewal::OK);
-        let mut conn = PgConnection::connect(&db.url).await.unwrap();
-        let stored: Option<i64> =
-            sqlx::query_scalar("SELECT max_timestamp FROM leaf_workerid_alloc WHERE id = $1")
-                .bind(lease.worker_id as i32)
-                .fetch_one(&mut conn)
-                .await
-                .unwrap();
+        let sql = format!("SELECT max_timestamp FROM leaf_workerid_alloc WHERE id = {id}");
+        let stored = db.scalar(&sql).await;
         if stored.is_some_and(|s| s >= mark as i64 - 100) {
             break;
         }
@@ -138,69 +78,17 @@ async fn a_worker_id_is_kept_through_a_server_restart() {
     server.remove().await.expect("remove the container");
 }
 
-/// Holds `tag`'s row lock in another connection's open transaction until dropped or closed.
-async fn hold_row_lock(url: &str, tag: &str) -> PgConnection {
-    let mut conn = PgConnection::connect(url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-    sqlx::query("SELECT max_id FROM leaf_alloc WHERE biz_tag = $1 FOR UPDATE")
-        .bind(tag)
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_row_lock_fails_the_allocation_within_the_lock_timeout() {
-    let db = common::database().await;
-    let config = PostgresConfig {
-        lock_timeout_ms: 1000,
-        timeout_ms: 10_000,
-        ..PostgresConfig::with_url(&db.url)
-    };
-    let store = PostgresStore::connect(&config).await.unwrap();
-    let tag = Tag::new("locked").unwrap();
-    store.create(&NewTag::new(tag.clone())).await.unwrap();
-    let holder = hold_row_lock(&db.url, "locked").await;
-
-    let started = Instant::now();
-    let e = store.allocate(&tag, None).await.unwrap_err();
-    let took = started.elapsed();
-    assert!(
-        matches!(&e, Error::Unavailable(m) if m.contains("lock wait")),
-        "{e}"
-    );
-    assert!(e.is_retryable());
-    assert!(
-        took >= Duration::from_millis(900),
-        "it did not wait for the lock: {took:?}"
-    );
-    assert!(
-        took < Duration::from_secs(6),
-        "lock wait of 1 s took {took:?}"
-    );
-
-    holder.close().await.unwrap(); // rolls the holder back
-    assert_eq!(store.allocate(&tag, None).await.unwrap().range(), 1..2001);
-}
-
 /// A call cut at `timeout_ms` is also given up by the server (`statement_timeout`, and
 /// `lock_timeout` never above it): the abandoned update does not wait on for the lock, and
 /// does not commit once the lock is free, so it reserves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_allocation_is_given_up_by_the_server_too() {
-    let db = common::database().await;
+    let db = database::<Backend>().await;
     // The lock timeout asked for is an hour; the call bound of 700 ms caps it.
-    let config = PostgresConfig {
-        lock_timeout_ms: 3_600_000,
-        timeout_ms: 700,
-        max_connections: 1,
-        ..PostgresConfig::with_url(&db.url)
-    };
-    let store = PostgresStore::connect(&config).await.unwrap();
+    let changes = json!({ "lock_timeout_ms": 3_600_000, "timeout_ms": 700, "max_connections": 1 });
     let tag = Tag::new("stalled").unwrap();
-    store.create(&NewTag::new(tag.clone())).await.unwrap();
-    let holder = hold_row_lock(&db.url, "stalled").await;
+    let store = store_with_tag::<Backend>(&db, changes, &tag).await;
+    let holder = hold_row_lock(&db, "stalled").await;
 
     let started = Instant::now();
     let e = store.allocate(&tag, None).await.unwrap_err();
@@ -216,18 +104,10 @@ async fn a_stalled_allocation_is_given_up_by_the_server_too() {
 
     // No session of the store is left waiting for the lock on the server.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut admin = PgConnection::connect(&db.url).await.unwrap();
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leaf' \
-             AND datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-        if waiting == 0 {
-            break;
-        }
+    let mut admin = db.session().await;
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leaf' \
+                   AND datname = current_database() AND wait_event_type = 'Lock'";
+    while admin.scalar(waiting).await != Some(0) {
         assert!(
             Instant::now() < deadline,
             "the abandoned update still waits on the server"
@@ -236,19 +116,9 @@ async fn a_stalled_allocation_is_given_up_by_the_server_too() {
     }
     // Held past the bound, then freed: an update still waiting would commit now.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    holder.close().await.unwrap();
+    holder.close().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let range = loop {
-        match store.allocate(&tag, None).await {
-            Ok(a) => break a.range(),
-            Err(e) => {
-                assert!(e.is_retryable(), "{e}");
-                assert!(Instant::now() < deadline, "the pool did not recover: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
+    let range = first_range_once_recovered(&*store, &tag).await;
     assert_eq!(
         range,
         1..2001,
@@ -261,15 +131,12 @@ async fn a_stalled_allocation_is_given_up_by_the_server_too() {
 /// store's allocations run again and all succeed, with ranges that never overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serialization_failures_are_run_again() {
-    let db = common::database().await;
-    let store = Arc::new(
-        PostgresStore::connect(&PostgresConfig {
-            max_connections: 8,
-            ..PostgresConfig::with_url(&db.url)
-        })
-        .await
-        .unwrap(),
-    );
+    let db = database::<Backend>().await;
+    let config = PostgresConfig {
+        max_connections: 8,
+        ..PostgresConfig::with_url(&db.url)
+    };
+    let store = Arc::new(PostgresStore::connect(&config).await.unwrap());
     let tag = Tag::new("contended").unwrap();
     store
         .create(&NewTag {
@@ -278,24 +145,14 @@ async fn serialization_failures_are_run_again() {
         })
         .await
         .unwrap();
-    exec(
-        &db.url,
-        &format!(
-            "ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read'",
-            db.name
-        ),
-    )
+    db.exec(&format!(
+        "ALTER DATABASE {} SET default_transaction_isolation = 'repeatable read'",
+        db.name
+    ))
     .await;
     // New sessions only: the store's pooled ones still read committed.
     store.pool().close().await;
-    let store = Arc::new(
-        PostgresStore::connect(&PostgresConfig {
-            max_connections: 8,
-            ..PostgresConfig::with_url(&db.url)
-        })
-        .await
-        .unwrap(),
-    );
+    let store = Arc::new(PostgresStore::connect(&config).await.unwrap());
     let isolation: String = sqlx::query_scalar("SHOW transaction_isolation")
         .fetch_one(store.pool())
         .await

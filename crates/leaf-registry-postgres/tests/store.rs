@@ -1,13 +1,24 @@
-//! The PostgreSQL segment store on a real server: Leaf's table used as it is, created only when
-//! missing, the end of the bigint column, and errors by kind.
+//! The PostgreSQL segment store on a real server: what every SQL store runs
+//! (`leaf_testkit::sql_cases::store`), Leaf's table used as it is, created only when missing
+//! (also by racing servers, or by someone else at the same moment), the end of the bigint
+//! column, and errors by kind.
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leaf_core::{Error, NewTag, SegmentStore, Tag};
 use leaf_registry_postgres::{LEAF_ALLOC_DDL, PostgresConfig, PostgresStore};
+use leaf_testkit::sql::database;
 use sqlx::{AssertSqlSafe, Connection, PgConnection, Row};
+
+use common::Backend;
+
+leaf_testkit::sql_store_tests!(Backend);
+
+fn config(db: &leaf_testkit::provision::SqlDatabase) -> PostgresConfig {
+    PostgresConfig::with_url(&db.url)
+}
 
 async fn raw(url: &str) -> PgConnection {
     PgConnection::connect(url).await.expect("raw connection")
@@ -50,15 +61,9 @@ async fn rows(conn: &mut PgConnection) -> Vec<String> {
         .expect("the rows")
 }
 
-fn closed_port() -> u16 {
-    // Bound and released: nothing listens there afterwards.
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_existing_leaf_table_and_its_rows_are_left_exactly_as_they_were() {
-    let db = common::database().await;
+    let db = database::<Backend>().await;
     let mut conn = raw(&db.url).await;
     // A Leaf database moved to PostgreSQL by hand and changed a little: a `bigint` step, a
     // longer description, a `timestamp` without time zone that may be null, a column of its
@@ -80,7 +85,7 @@ async fn an_existing_leaf_table_and_its_rows_are_left_exactly_as_they_were() {
         rows(&mut conn).await,
     );
 
-    let store = PostgresStore::connect(&common::config(&db)).await.unwrap();
+    let store = PostgresStore::connect(&config(&db)).await.unwrap();
     assert_eq!(
         rows(&mut conn).await,
         rows_before,
@@ -129,10 +134,10 @@ async fn an_existing_leaf_table_and_its_rows_are_left_exactly_as_they_were() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_table_is_created_with_leafs_columns() {
-    let db = common::database().await;
-    PostgresStore::connect(&common::config(&db)).await.unwrap();
+    let db = database::<Backend>().await;
+    PostgresStore::connect(&config(&db)).await.unwrap();
     // The same DDL run by hand in a second database gives the same table.
-    let reference = common::database().await;
+    let reference = database::<Backend>().await;
     let mut conn = raw(&reference.url).await;
     exec(&mut conn, LEAF_ALLOC_DDL).await;
     let strip_xmin = |mut d: Vec<String>| {
@@ -156,7 +161,7 @@ async fn a_missing_table_is_created_with_leafs_columns() {
         );
     }
     // A second start finds the table and leaves it.
-    PostgresStore::connect(&common::config(&db)).await.unwrap();
+    PostgresStore::connect(&config(&db)).await.unwrap();
     assert_eq!(definition(&mut conn, "leaf_alloc").await, created);
 }
 
@@ -165,10 +170,10 @@ async fn concurrent_first_starts_create_the_table_once() {
     // Racing `CREATE TABLE`s fail in several ways (seen: the row type "already exists"); a few
     // rounds of eight racers meet them.
     for _ in 0..4 {
-        let db = common::database().await;
+        let db = database::<Backend>().await;
         let starts: Vec<_> = (0..8)
             .map(|_| {
-                let config = common::config(&db);
+                let config = config(&db);
                 tokio::spawn(async move { PostgresStore::connect(&config).await.map(drop) })
             })
             .collect();
@@ -178,31 +183,13 @@ async fn concurrent_first_starts_create_the_table_once() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_table_without_leafs_columns_is_a_config_error() {
-    let db = common::database().await;
-    let mut conn = raw(&db.url).await;
-    exec(
-        &mut conn,
-        "CREATE TABLE leaf_alloc (biz_tag varchar(128) PRIMARY KEY, max_id bigint)",
-    )
-    .await;
-    let e = PostgresStore::connect(&common::config(&db))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&e, Error::Config(m) if m.starts_with("url")),
-        "{e}"
-    );
-}
-
 /// The end of the bigint column: the last IDs are handed out (the step cut to what is left),
 /// then `Exhausted`; a row with a step that is not positive is refused, and neither near the
 /// end makes the guarded statement overflow.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_near_i64_max_hands_out_its_last_ids_then_is_exhausted() {
-    let db = common::database().await;
-    let store = PostgresStore::connect(&common::config(&db)).await.unwrap();
+    let db = database::<Backend>().await;
+    let store = PostgresStore::connect(&config(&db)).await.unwrap();
     let mut conn = raw(&db.url).await;
     exec(
         &mut conn,
@@ -247,8 +234,8 @@ async fn a_row_near_i64_max_hands_out_its_last_ids_then_is_exhausted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_and_updated_rows_come_back_as_stored() {
-    let db = common::database().await;
-    let store = PostgresStore::connect(&common::config(&db)).await.unwrap();
+    let db = database::<Backend>().await;
+    let store = PostgresStore::connect(&config(&db)).await.unwrap();
     let tag = Tag::new("order").unwrap();
     let created = store
         .create(&NewTag {
@@ -290,23 +277,8 @@ async fn created_and_updated_rows_come_back_as_stored() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_password_is_a_config_error_that_does_not_show_it() {
-    let db = common::database().await;
-    let config = PostgresConfig {
-        password: Some("not-the-password".into()),
-        ..common::config(&db)
-    };
-    let e = PostgresStore::connect(&config).await.unwrap_err();
-    assert!(
-        matches!(&e, Error::Config(m) if m.starts_with("url")),
-        "{e}"
-    );
-    assert!(!e.to_string().contains("not-the-password"), "{e}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_database_is_a_config_error() {
-    let db = common::database().await;
+    let db = database::<Backend>().await;
     let url = db.url.replace(&db.name, "leaftest_no_such_database");
     let e = PostgresStore::connect_url(&url).await.unwrap_err();
     assert!(
@@ -315,43 +287,11 @@ async fn a_missing_database_is_a_config_error() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreachable_server_is_unavailable_quickly() {
-    let config = PostgresConfig {
-        connect_timeout_ms: 300,
-        timeout_ms: 1000,
-        ..PostgresConfig::with_url(format!(
-            "postgres://postgres:pw@127.0.0.1:{}/leaf",
-            closed_port()
-        ))
-    };
-    let started = Instant::now();
-    let e = PostgresStore::connect(&config).await.unwrap_err();
-    assert!(
-        matches!(e, Error::Unavailable(_)) && e.is_retryable(),
-        "{e}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn debug_output_hides_the_password() {
-    let db = common::database().await;
-    let store = PostgresStore::connect(&common::config(&db)).await.unwrap();
-    let shown = format!("{store:?}");
-    assert!(!shown.contains(":leaftest@"), "{shown}");
-    assert!(shown.contains("postgres:***@"), "{shown}");
-}
-
 /// Credentials revoked while serving are an outage (503, retryable), not a server error, and
 /// the client-facing message carries none of the server's text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_refused_while_serving_are_unavailable() {
-    let db = common::database().await;
+    let db = database::<Backend>().await;
     let mut admin = raw(&db.url).await;
     let role = format!("rt{}", fastrand::u32(..));
     // The database's owner may create the table in its public schema.
@@ -408,7 +348,7 @@ async fn credentials_refused_while_serving_are_unavailable() {
 /// when it commits, and takes it as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_created_by_someone_else_at_the_same_moment_is_taken() {
-    let db = common::database().await;
+    let db = database::<Backend>().await;
     let mut other = raw(&db.url).await;
     exec(&mut other, "BEGIN").await;
     exec(
@@ -418,7 +358,7 @@ async fn a_table_created_by_someone_else_at_the_same_moment_is_taken() {
          update_time timestamptz DEFAULT now(), made_by text DEFAULT 'dba')",
     )
     .await;
-    let config = common::config(&db);
+    let config = config(&db);
     let start = tokio::spawn(async move { PostgresStore::connect(&config).await });
     // The start is waiting on the uncommitted table, not done.
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -17,6 +17,10 @@ pub mod provision;
 #[cfg(feature = "provision")]
 pub mod proxy;
 pub mod registry_cases;
+#[cfg(feature = "provision")]
+pub mod sql;
+#[cfg(feature = "provision")]
+pub mod sql_cases;
 pub mod store_cases;
 
 pub use fixture::{RegistryFixture, StoreFixture};

@@ -127,6 +127,79 @@ macro_rules! registry_conformance {
     };
 }
 
+/// Generates one `#[tokio::test]` per case of `sql_cases::$module` (feature `provision`) for
+/// the SQL backend `$backend` (a `sql::SqlBackend`): a case by its name, its arguments (if it
+/// takes any) in parentheses; or `name = case(arguments)`, the test named as the caller says. The calling crate needs `tokio` with the `macros` and `rt-multi-thread`
+/// features.
+///
+/// ```text
+/// leaf_testkit::sql_tests!(common::Backend, registry;
+///     concurrent_first_starts_of_one_identity_one_wins_one_row,
+///     marks_reach_the_table_and_release_leaves_the_final_one(true),
+///     restarts_burn_no_sequence_values = restarts_burn_no_ids,
+/// );
+/// ```
+#[macro_export]
+macro_rules! sql_tests {
+    ($backend:ty, $module:ident;
+     $($name:ident $(= $case:ident)? $(($($arg:expr),* $(,)?))?),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                $crate::__sql_case!($backend, $module, [$($($arg),*)?], $name $($case)?).await;
+            }
+        )*
+    };
+}
+
+/// Generates the `#[tokio::test]`s of what every SQL workerId mode runs (`sql_cases::registry`)
+/// but its restarts (whose first id a backend may check) and its outage (`fencing`), for
+/// `$backend`. `lock_freed_at_release`:
+/// whether the lock's session is seen gone as soon as the release returns.
+#[macro_export]
+macro_rules! sql_registry_tests {
+    ($backend:ty, lock_freed_at_release = $freed:expr) => {
+        $crate::sql_tests!($backend, registry;
+            concurrent_first_starts_of_one_identity_one_wins_one_row,
+            a_worker_id_beyond_the_layout_fails_with_a_clear_message,
+            marks_reach_the_table_and_release_leaves_the_final_one($freed),
+            renewals_never_lower_the_server_mark,
+            with_the_fence_a_lock_lost_to_another_process_never_renews_again,
+            without_the_fence_a_lock_lost_to_another_process_loses_the_lease,
+            a_server_down_at_start_up_starts_from_the_cache_file_with_its_mark,
+            a_server_down_without_a_cache_file_is_unavailable,
+            a_second_process_on_one_cache_directory_refuses,
+            debug_output_hides_the_password,
+            a_second_process_whose_lock_wait_runs_out_never_starts_from_its_cache_file,
+        );
+    };
+}
+
+/// Generates the `#[tokio::test]`s of what every SQL segment store runs
+/// (`sql_cases::store`) for `$backend`.
+#[macro_export]
+macro_rules! sql_store_tests {
+    ($backend:ty) => {
+        $crate::sql_tests!($backend, store;
+            a_table_without_leafs_columns_is_a_config_error,
+            a_wrong_password_is_a_config_error_that_does_not_show_it,
+            an_unreachable_server_is_unavailable_quickly,
+            debug_output_hides_the_password,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __sql_case {
+    ($backend:ty, $module:ident, [$($arg:expr),*], $name:ident) => {
+        $crate::sql_cases::$module::$name::<$backend>($($arg),*)
+    };
+    ($backend:ty, $module:ident, [$($arg:expr),*], $name:ident $case:ident) => {
+        $crate::sql_cases::$module::$case::<$backend>($($arg),*)
+    };
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_tests {

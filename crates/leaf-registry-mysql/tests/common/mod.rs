@@ -1,126 +1,26 @@
-//! Fixtures of the real-server tests: a database of one's own on the provisioned MySQL server,
-//! and stores and registries on it.
+//! This crate's backend under `leaf-testkit`'s SQL tests (`leaf_testkit::sql`): a database of
+//! one's own per test on the provisioned MySQL server, and stores and registries on it.
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use leaf_core::NodeIdentity;
+use leaf_testkit::provision::{self, ServerKind};
 
-use async_trait::async_trait;
-use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
-use leaf_registry_mysql::{MysqlBackend, MysqlConfig, MysqlStore};
-use leaf_testkit::fixture::NodeDirs;
-use leaf_testkit::{RegistryFixture, StoreFixture};
+/// MySQL's backend, as the tests see it.
+pub struct Backend;
 
-pub use leaf_testkit::provision;
-pub use leaf_testkit::provision::MysqlDatabase;
+impl leaf_testkit::sql::SqlBackend for Backend {
+    type Descriptor = leaf_registry_mysql::Mysql;
+    const SERVER: &'static ServerKind = &provision::MYSQL;
 
-/// A new database on the shared server; fails the test loudly if there is no server.
-pub async fn database() -> MysqlDatabase {
-    provision::mysql_database()
-        .await
-        .unwrap_or_else(|e| panic!("no MySQL server for the tests: {e}"))
-}
+    fn lock_holder(identity: &NodeIdentity) -> String {
+        format!("SELECT IS_USED_LOCK(CONCAT('leaf_workerid:', DATABASE(), '/', '{identity}'))")
+    }
 
-/// The settings of the tests: the defaults with the database's URL.
-pub fn config(db: &MysqlDatabase) -> MysqlConfig {
-    MysqlConfig::with_url(&db.url)
-}
-
-pub struct StoreFix {
-    pub db: MysqlDatabase,
-    store: Arc<MysqlStore>,
-}
-
-impl StoreFix {
-    pub async fn new() -> Self {
-        let db = database().await;
-        let store = MysqlStore::connect(&config(&db))
-            .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", db.name));
-        StoreFix {
-            db,
-            store: Arc::new(store),
-        }
+    fn end_session(id: i64) -> String {
+        format!("KILL CONNECTION {id}")
     }
 }
 
-#[async_trait]
-impl StoreFixture for StoreFix {
-    async fn store(&self) -> Arc<dyn SegmentStore> {
-        self.store.clone()
-    }
-
-    async fn another_handle(&self) -> Arc<dyn SegmentStore> {
-        Arc::new(
-            MysqlStore::connect(&config(&self.db))
-                .await
-                .expect("a second pool on the same database"),
-        )
-    }
-}
-
-pub struct RegistryFix {
-    pub db: MysqlDatabase,
-    dirs: NodeDirs,
-    /// `fence_on_disconnect` of the fixture's registries.
-    fenced: bool,
-}
-
-impl RegistryFix {
-    pub async fn new() -> Self {
-        RegistryFix {
-            db: database().await,
-            dirs: NodeDirs::default(),
-            fenced: false,
-        }
-    }
-
-    /// A fixture whose registries run with `fence_on_disconnect`.
-    pub async fn fenced() -> Self {
-        RegistryFix {
-            fenced: true,
-            ..Self::new().await
-        }
-    }
-
-    pub fn registry_in(&self, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
-        let config = MysqlConfig {
-            fence_on_disconnect: self.fenced,
-            ..config(&self.db)
-        };
-        self.registry_with(dir, config)
-    }
-
-    /// A registry on `dir` with `config` (the database's URL in it).
-    pub fn registry_with(&self, dir: PathBuf, config: MysqlConfig) -> Arc<dyn WorkerIdRegistry> {
-        Arc::new(
-            MysqlBackend::connect(&config, "leaf")
-                .expect("registry")
-                .registry(dir),
-        )
-    }
-
-    pub fn new_dir(&self) -> PathBuf {
-        self.dirs.new_dir()
-    }
-
-    pub fn dirs(&self) -> &NodeDirs {
-        &self.dirs
-    }
-}
-
-#[async_trait]
-impl RegistryFixture for RegistryFix {
-    async fn node(&self) -> Arc<dyn WorkerIdRegistry> {
-        self.dirs.node(|dir| self.registry_in(dir))
-    }
-
-    async fn restarted(&self, previous: Arc<dyn WorkerIdRegistry>) -> Arc<dyn WorkerIdRegistry> {
-        self.dirs.restart(previous, |dir| self.registry_in(dir))
-    }
-
-    fn identity(&self, i: u16) -> NodeIdentity {
-        NodeIdentity::new("10.0.0.1", 8000 + i)
-    }
-}
+/// A test's database, and stores and registries on it.
+pub type Fix = leaf_testkit::sql::SqlFix<Backend>;

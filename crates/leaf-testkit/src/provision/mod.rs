@@ -60,10 +60,23 @@ pub use redis::{
     DURABLE_ARGS, REDIS, RedisNamespace, kill_server, redis_dedicated, redis_dedicated_with,
     redis_namespace, redis_namespace_on, redis_shared, redis_with_replica,
 };
-pub use sql::{MysqlDatabase, PostgresDatabase, SqlDatabase, with_database};
+pub use sql::{MysqlDatabase, PostgresDatabase, SqlDatabase, SqlSession, with_database};
 pub use zookeeper::{
     ZOOKEEPER, ZkEnsemble, ZkNamespace, zk_ensemble, zk_namespace, zk_namespace_on,
 };
+
+/// A new database, with a random name, on `server`, a SQL server of `kind` ([`MYSQL`] or
+/// [`POSTGRES`]).
+pub async fn sql_database_on(
+    kind: &ServerKind,
+    server: &Endpoint,
+) -> Result<SqlDatabase, ProvisionError> {
+    match kind.name {
+        "mysql" => mysql_database_on(server).await,
+        "postgres" => postgres_database_on(server).await,
+        other => Err(ProvisionError(format!("{other} is not a SQL server"))),
+    }
+}
 
 /// Label keys on every container started here.
 const LABEL_PID: &str = "org.leaf-rs.testkit.pid";

@@ -2,7 +2,7 @@
 
 use tokio::sync::OnceCell;
 
-use super::sql::{Dialect, SqlDatabase, database_on, execute};
+use super::sql::{Dialect, SqlDatabase, connect, database_on, execute};
 use super::{Endpoint, ProvisionError, ServerKind, shared};
 
 /// MySQL: the official `mariadb` image (or `LEAFTEST_MYSQL_IMAGE`, e.g. the local
@@ -28,6 +28,7 @@ static DIALECT: Dialect = Dialect {
     create: |name| format!("CREATE DATABASE `{name}` CHARACTER SET utf8mb4"),
     drop: |name| format!("DROP DATABASE IF EXISTS `{name}`"),
     execute: |url, sql| Box::pin(execute::<sqlx::mysql::MySqlConnection>(url, sql)),
+    connect: |url| Box::pin(connect::<sqlx::mysql::MySqlConnection>(url)),
 };
 
 /// A new database on the shared MySQL server.

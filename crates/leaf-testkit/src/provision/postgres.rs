@@ -2,7 +2,7 @@
 
 use tokio::sync::OnceCell;
 
-use super::sql::{Dialect, SqlDatabase, database_on, execute};
+use super::sql::{Dialect, SqlDatabase, connect, database_on, execute};
 use super::{Endpoint, ProvisionError, ServerKind, shared};
 
 /// PostgreSQL: the official `postgres` image (or `LEAFTEST_POSTGRES_IMAGE`, e.g. the local
@@ -31,6 +31,7 @@ static DIALECT: Dialect = Dialect {
     // FORCE (PostgreSQL 13+) ends the sessions a test left open.
     drop: |name| format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
     execute: |url, sql| Box::pin(execute::<sqlx::postgres::PgConnection>(url, sql)),
+    connect: |url| Box::pin(connect::<sqlx::postgres::PgConnection>(url)),
 };
 
 /// A new database on the shared PostgreSQL server.

@@ -1,0 +1,328 @@
+//! The settings every SQL backend's configuration has, and what is done with them the same way
+//! for each: the URL read and redacted, the TLS mode looked up, the pool, `Debug`, the checks.
+
+use std::fmt::{self, Debug};
+use std::str::FromStr;
+use std::time::Duration;
+
+use leaf_core::{Error, Result};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::Pool;
+use sqlx::pool::PoolOptions;
+
+use crate::Dialect;
+
+/// A SQL backend's configuration: one table of the server's configuration (serde) for its
+/// store and its workerId mode, with the fields every SQL backend has ([`Settings`]) under the
+/// same names, and the backend's own.
+pub trait SqlConfig:
+    DeserializeOwned + Serialize + Default + Clone + Send + Sync + 'static
+{
+    /// The driver's connect options.
+    type Options;
+    /// `Config`, naming the field, if a value cannot work.
+    fn validate(&self) -> Result<()>;
+    /// The settings every SQL backend has ([`settings!`](crate::settings)).
+    fn settings(&self) -> Settings<'_>;
+    /// The connection options, or `Config` naming `key` (the URL's key) and what is wrong.
+    fn connect_options(&self, key: &str) -> Result<Self::Options>;
+    /// The defaults with `url`.
+    fn with_url(url: &str) -> Self;
+}
+
+/// The [`Settings`] of `$config`, a SQL backend's configuration: its fields of those names.
+#[macro_export]
+macro_rules! settings {
+    ($config:expr) => {
+        $crate::Settings {
+            url: &$config.url,
+            username: $config.username.as_deref(),
+            password: $config.password.as_deref(),
+            max_connections: $config.max_connections,
+            connect_timeout_ms: $config.connect_timeout_ms,
+            timeout_ms: $config.timeout_ms,
+            ssl_mode: $config.ssl_mode.as_deref(),
+            fence_on_disconnect: $config.fence_on_disconnect,
+        }
+    };
+}
+
+/// The SQL backend configuration `$ty { url, and the backend's own fields }` with every SQL
+/// backend's defaults for the rest: no `username`, `password` or `ssl_mode` (the URL's),
+/// `max_connections` 8, `connect_timeout_ms` 3000, `timeout_ms` 5000, `fence_on_disconnect`
+/// off. The defaults every SQL backend documents are these.
+#[macro_export]
+macro_rules! with_defaults {
+    ($ty:ident { $($field:ident: $value:expr),* $(,)? }) => {
+        $ty {
+            username: None,
+            password: None,
+            max_connections: 8,
+            connect_timeout_ms: 3000,
+            timeout_ms: 5000,
+            ssl_mode: None,
+            fence_on_disconnect: false,
+            $($field: $value),*
+        }
+    };
+}
+
+/// The settings every SQL backend's configuration has, as [`SqlConfig::settings`] reads them; a
+/// backend names the rest (its lock wait, its CA file) its own way.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings<'a> {
+    /// The server and database, `scheme://user:password@host:port/database`.
+    pub url: &'a str,
+    /// The user, replacing the URL's.
+    pub username: Option<&'a str>,
+    /// The password, replacing the URL's.
+    pub password: Option<&'a str>,
+    /// The most connections the pool opens.
+    pub max_connections: u32,
+    /// How long to wait for a connection, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// The longest any one call may take, in milliseconds.
+    pub timeout_ms: u64,
+    /// The TLS mode, as the backend spells it.
+    pub ssl_mode: Option<&'a str>,
+    /// The workerId mode's `fence_on_disconnect`.
+    pub fence_on_disconnect: bool,
+}
+
+impl Settings<'_> {
+    /// The bound of one call.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.max(1))
+    }
+
+    /// The bound of getting a connection.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms.max(1))
+    }
+
+    /// The URL with its password replaced by `***`, for logs and messages.
+    pub fn redacted_url(&self) -> String {
+        leaf_core::redact_url(self.url, "***")
+    }
+
+    /// `Config` naming the field if a number every SQL backend has, or one of `more` (a field,
+    /// its value, its least and its largest), is out of its range. A timeout is at least
+    /// `least_timeout_ms`.
+    pub fn check_bounds(
+        &self,
+        least_timeout_ms: u64,
+        more: &[(&str, u64, u64, u64)],
+    ) -> Result<()> {
+        const HOUR_MS: u64 = 3_600_000;
+        leaf_core::check_bounds(&[
+            ("max_connections", u64::from(self.max_connections), 1, 1_000),
+            (
+                "connect_timeout_ms",
+                self.connect_timeout_ms,
+                least_timeout_ms,
+                HOUR_MS,
+            ),
+            ("timeout_ms", self.timeout_ms, least_timeout_ms, HOUR_MS),
+        ])?;
+        leaf_core::check_bounds(more)
+    }
+}
+
+/// The connect options `O` of `settings`' URL, with its user and password, or `Config` naming
+/// `key`: a URL whose scheme is not one of `schemes` (the first names the backend), or one
+/// the driver refuses.
+pub fn parse_url<O>(settings: &Settings<'_>, schemes: &[&str], key: &str) -> Result<O>
+where
+    O: FromStr<Err = sqlx::Error>,
+{
+    let scheme = settings
+        .url
+        .split_once("://")
+        .map(|(s, _)| s.to_ascii_lowercase());
+    let name = schemes[0];
+    if !scheme.is_some_and(|s| schemes.contains(&s.as_str())) {
+        return Err(Error::Config(format!(
+            "{key} {:?} is not a {name}:// url",
+            settings.redacted_url()
+        )));
+    }
+    O::from_str(settings.url).map_err(|e| {
+        Error::Config(format!(
+            "{key} {:?} is not a valid {name} url: {e}",
+            settings.redacted_url()
+        ))
+    })
+}
+
+/// The TLS mode `mode` names among `modes` (in any case, with `-` or `_` as the names have
+/// it), or `Config` listing them.
+pub fn ssl_mode<M: Copy>(mode: &str, modes: &[(&str, M)]) -> Result<M> {
+    let dash = modes.iter().any(|(name, _)| name.contains('-'));
+    let mode = mode
+        .to_ascii_lowercase()
+        .replace(if dash { '_' } else { '-' }, if dash { "-" } else { "_" });
+    if let Some((_, m)) = modes.iter().find(|(name, _)| *name == mode) {
+        return Ok(*m);
+    }
+    let names: Vec<&str> = modes.iter().map(|(name, _)| *name).collect();
+    Err(Error::Config(format!(
+        "ssl_mode {mode:?} is not one of {}",
+        names.join(", ")
+    )))
+}
+
+/// [`SqlConfig::validate`] for the segment store: also `Config` for a workerId mode's key set
+/// to a value other than its default.
+pub fn validate_store<D: Dialect>(config: &D::Config) -> Result<()> {
+    config.validate()?;
+    if config.settings().fence_on_disconnect {
+        let name = D::NAME;
+        return Err(Error::Config(format!(
+            "fence_on_disconnect is a key of the {name} workerId mode ([snowflake.{name}]); the \
+             segment store does not take it"
+        )));
+    }
+    Ok(())
+}
+
+/// A pool whose connections open on first use (a store or registry can be made while the
+/// server is down), with what the dialect sets on each.
+pub(crate) fn pool<D: Dialect>(config: &D::Config, key: &str) -> Result<Pool<D::Db>> {
+    let settings = config.settings();
+    let options = PoolOptions::new()
+        .max_connections(settings.max_connections)
+        .min_connections(0)
+        .acquire_timeout(settings.connect_timeout());
+    Ok(D::pool_options(config, options).connect_lazy_with(config.connect_options(key)?))
+}
+
+/// `Debug` of a SQL backend's configuration `name`: the URL without its password, no password,
+/// and `lock` and `ca`, the backend's names of its lock wait and its CA file, in its place.
+pub fn fmt_config(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    settings: &Settings<'_>,
+    lock: (&str, &dyn Debug),
+    ca: (&str, &dyn Debug),
+) -> fmt::Result {
+    f.debug_struct(name)
+        .field("url", &settings.redacted_url())
+        .field("username", &settings.username)
+        .field("password", &settings.password.map(|_| "***"))
+        .field("max_connections", &settings.max_connections)
+        .field("connect_timeout_ms", &settings.connect_timeout_ms)
+        .field("timeout_ms", &settings.timeout_ms)
+        .field(lock.0, lock.1)
+        .field("ssl_mode", &settings.ssl_mode)
+        .field(ca.0, ca.1)
+        .field("fence_on_disconnect", &settings.fence_on_disconnect)
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fields every SQL backend's configuration has, and one of its own.
+    #[derive(Debug, PartialEq)]
+    struct Config {
+        url: String,
+        username: Option<String>,
+        password: Option<String>,
+        max_connections: u32,
+        connect_timeout_ms: u64,
+        timeout_ms: u64,
+        ssl_mode: Option<String>,
+        fence_on_disconnect: bool,
+        own: u8,
+    }
+
+    #[test]
+    fn every_sql_backend_has_these_defaults_and_settings() {
+        let c = with_defaults!(Config {
+            url: "db://h/leaf".into(),
+            own: 3,
+        });
+        assert_eq!(
+            (c.max_connections, c.connect_timeout_ms, c.timeout_ms),
+            (8, 3000, 5000)
+        );
+        assert_eq!(
+            (&c.username, &c.password, &c.ssl_mode),
+            (&None, &None, &None)
+        );
+        assert!(!c.fence_on_disconnect);
+        let c = Config {
+            password: Some("pw".into()),
+            ssl_mode: Some("require".into()),
+            fence_on_disconnect: true,
+            ..c
+        };
+        let s = settings!(c);
+        assert_eq!(
+            (s.url, s.password, s.ssl_mode),
+            ("db://h/leaf", Some("pw"), Some("require"))
+        );
+        assert_eq!(
+            (s.max_connections, s.timeout(), s.fence_on_disconnect),
+            (8, Duration::from_secs(5), true)
+        );
+    }
+
+    #[test]
+    fn redaction_table() {
+        let check = |url: &str, expect: &str| {
+            let settings = Settings {
+                url,
+                username: None,
+                password: None,
+                max_connections: 1,
+                connect_timeout_ms: 1,
+                timeout_ms: 1,
+                ssl_mode: None,
+                fence_on_disconnect: false,
+            };
+            assert_eq!(settings.redacted_url(), expect, "{url}");
+        };
+        check("mysql://u:p@h:3306/db", "mysql://u:***@h:3306/db");
+        check("mysql://u@h/db", "mysql://u@h/db");
+        check("mysql://u:p:q@h", "mysql://u:***@h");
+        check(
+            "mysql://h/db?ssl-mode=disabled",
+            "mysql://h/db?ssl-mode=disabled",
+        );
+        check(
+            "mysql://u:p@h/db?a=1&password=x",
+            "mysql://u:***@h/db?a=1&password=***",
+        );
+        check("not a url", "not a url");
+    }
+
+    #[test]
+    fn ssl_modes_by_either_spelling() {
+        let check = |modes: &[(&str, u8)], mode: &str, expect: std::result::Result<u8, &str>| {
+            let got = ssl_mode(mode, modes).map_err(|e| e.to_string());
+            assert_eq!(
+                got,
+                expect.map_err(|m| format!("configuration error: {m}")),
+                "{mode}"
+            );
+        };
+        let underscores = [("disabled", 0), ("verify_ca", 1)];
+        check(&underscores, "VERIFY-CA", Ok(1));
+        check(&underscores, "verify_ca", Ok(1));
+        check(
+            &underscores,
+            "Some-Times",
+            Err("ssl_mode \"some_times\" is not one of disabled, verify_ca"),
+        );
+        let dashes = [("disable", 0), ("verify-full", 2)];
+        check(&dashes, "Verify_Full", Ok(2));
+        check(
+            &dashes,
+            "some_times",
+            Err("ssl_mode \"some-times\" is not one of disable, verify-full"),
+        );
+    }
+}
