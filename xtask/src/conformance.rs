@@ -282,6 +282,9 @@ fn server_image(root: &Path, env: &mut Vec<(String, String)>) -> Result<()> {
         );
     }
     crate::image::run(root, &[])?;
+    if crate::disk::pruning() {
+        crate::disk::prune_release(root);
+    }
     env.push((VAR.to_string(), crate::image::IMAGE.to_string()));
     Ok(())
 }

@@ -16,6 +16,7 @@ mod backends;
 mod bench;
 mod bench_http;
 mod conformance;
+mod disk;
 mod image;
 mod python;
 mod testbed;
@@ -136,16 +137,27 @@ pub(crate) fn cargo_with_env(
     let shown: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
     eprintln!("xtask: == {step}: {shown}cargo {}", args.join(" "));
     let started = Instant::now();
+    let wall = std::time::SystemTime::now();
     let status = Command::new(&cargo)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(root)
         .status()
         .with_context(|| format!("cannot run {cargo}"))?;
+    let elapsed = started.elapsed().as_secs_f64();
+    // A test step's executables are read by no later step: in CI they go at once.
+    let pruned = if disk::pruning() && args.first() == Some(&"test") {
+        format!(
+            ", {} MB of its test binaries removed",
+            disk::prune_linked(root, wall) >> 20
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "xtask: == {step}: {} in {:.1} s",
+        "xtask: == {step}: {} in {elapsed:.1} s (disk: {} free{pruned})",
         if status.success() { "ok" } else { "FAILED" },
-        started.elapsed().as_secs_f64()
+        disk::free(root).as_deref().unwrap_or("?"),
     );
     if !status.success() {
         bail!("{step} failed ({status})");
