@@ -1,10 +1,11 @@
 //! Printing IDs in-process: a formatted order number against the plain decimal of the same
-//! value, in one run.
+//! value, and a snowflake ID in each form against its plain decimal, in one run.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use leaf_format::{Period, Reset, Template};
+use leaf_core::SnowflakeLayout;
+use leaf_format::{Period, Reset, SnowflakeForm, Template};
 
 fn render(c: &mut Criterion) {
     let template = Template::parse("ORD{date:%Y%m%d}{seq:06}", Some(Reset::Day)).unwrap();
@@ -36,5 +37,31 @@ fn render(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, render);
+/// One snowflake ID per iteration, a new millisecond every 4096 IDs, as a busy node issues
+/// them; the plain decimal of the same IDs is the baseline.
+fn snowflake(c: &mut Criterion) {
+    let layout = SnowflakeLayout::default();
+    let t0 = 1_795_699_050_192;
+    let mut k = 0u64;
+    let mut next = move || {
+        k += 1;
+        layout.encode_unchecked(t0 + (k >> 12), 3, k & 4095)
+    };
+    let mut group = c.benchmark_group("snowflake");
+    group.bench_function("plain_decimal", |b| {
+        b.iter(|| black_box(black_box(next()).to_string()))
+    });
+    for (name, form) in [
+        ("base36", SnowflakeForm::Base36),
+        ("base62", SnowflakeForm::Base62),
+        ("friendly", SnowflakeForm::Friendly),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| black_box(form.render(black_box(next()), &layout).unwrap()))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, render, snowflake);
 criterion_main!(benches);

@@ -5,6 +5,7 @@
 //! drift apart in what they allow, issue or refuse.
 
 use leaf_core::{Allocation, DecodedId, NewTag, Tag, TagRecord, TagUpdate};
+use leaf_format::SnowflakeForm;
 use leaf_segment::TagSnapshot;
 
 use crate::error::{ApiError, Origin};
@@ -177,6 +178,39 @@ pub(crate) fn decode(state: &AppState, id: i64) -> Result<DecodedId, ApiError> {
     state
         .layout()
         .decode(id)
+        .map_err(|e| ApiError::from_core(Origin::Other, e))
+}
+
+/// The form a client asked snowflake IDs in (`format`: `number`, `base36`, `base62`,
+/// `friendly`; `None`, not asked: the number). A name that is none of them is the 400 listing
+/// them, before any ID is taken.
+pub(crate) fn snowflake_form(raw: Option<&str>) -> Result<SnowflakeForm, ApiError> {
+    raw.map_or(Ok(SnowflakeForm::Number), |name| {
+        name.parse()
+            .map_err(|e| ApiError::from_core(Origin::Snowflake, e))
+    })
+}
+
+/// `ids` of this server's layout written in `form`.
+pub(crate) fn render_snowflake(
+    state: &AppState,
+    ids: &[i64],
+    form: SnowflakeForm,
+) -> Result<Vec<String>, ApiError> {
+    ids.iter()
+        .map(|&id| form.render(id, state.layout()))
+        .collect::<leaf_core::Result<_>>()
+        .map_err(|e| ApiError::from_core(Origin::Snowflake, e))
+}
+
+/// The ID that `text`, written in `form`, stands for under this server's layout; text that is
+/// not an ID in that form is a 400.
+pub(crate) fn parse_snowflake(
+    state: &AppState,
+    text: &str,
+    form: SnowflakeForm,
+) -> Result<i64, ApiError> {
+    form.parse(text, state.layout())
         .map_err(|e| ApiError::from_core(Origin::Other, e))
 }
 

@@ -466,6 +466,138 @@ async fn decode_routes() {
     }
 }
 
+/// The JSON strings of `ids` in a 200 answer.
+fn text_ids(r: &Reply) -> Vec<String> {
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().expect("a formatted ID is a string").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn snowflake_ids_in_each_format_decode_to_the_parts_of_the_plain_id() {
+    // 2026-11-26 13:17:30.192 UTC, as in the friendly example.
+    let t0 = 1_795_699_050_192;
+    let (f, _clock) = serving_on_manual_clock(t0).await;
+    let layout = SnowflakeLayout::default();
+    for (format, width) in [
+        ("base36", 1..=13),
+        ("base62", 1..=11),
+        ("friendly", 21..=30),
+    ] {
+        let app = &f.app;
+        let take = |q: &str| {
+            let uri = format!("/v1/snowflake?format={format}&{q}");
+            async move { get(app, &uri).await }
+        };
+        let texts = text_ids(&take("count=3").await);
+        assert_eq!(texts.len(), 3, "{format}");
+        let one = text_ids(&take("as=string").await);
+        assert_eq!(
+            one.len(),
+            1,
+            "{format}: as=string is what a format answers anyway"
+        );
+        for text in texts {
+            assert!(width.contains(&text.len()), "{format}: {text}");
+            let r = get(
+                &f.app,
+                &format!("/v1/snowflake/{text}/decode?format={format}"),
+            )
+            .await;
+            assert_eq!(r.status, 200, "{format} {text}: {}", r.text());
+            let by_text = r.json();
+            let id = by_text["id"].as_i64().unwrap();
+            let plain = get(&f.app, &format!("/v1/snowflake/{id}/decode"))
+                .await
+                .json();
+            assert_eq!(by_text, plain, "{format} {text}");
+            assert_eq!(plain["worker_id"], WORKER, "{format} {text}");
+            assert_eq!(plain["timestamp_ms"], t0, "{format} {text}");
+            if format == "friendly" {
+                let seq = layout.decode(id).unwrap().sequence;
+                assert_eq!(text, format!("20261126131730192-{WORKER}-{seq}"));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_snowflake_format_is_a_400_and_takes_no_id() {
+    let f = fixture().await;
+    let issued = |text: String| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(r#"leaf_ids_issued_total{mode="snowflake",tag=""} "#))
+            .map(str::to_owned)
+    };
+    let before = issued(get(&f.app, "/metrics").await.text());
+    for q in [
+        "format=hex",
+        "format=",
+        "format=BASE36",
+        "format=base62&format=base36",
+        "count=5&format=decimal",
+        "format=base62&as=number",
+    ] {
+        let m = get(&f.app, &format!("/v1/snowflake?{q}"))
+            .await
+            .error(400, 400);
+        if q.contains("hex") || q.contains("decimal") {
+            assert!(
+                m.contains("base36, base62, friendly"),
+                "{q}: the message lists the formats: {m}"
+            );
+        }
+    }
+    assert_eq!(issued(get(&f.app, "/metrics").await.text()), before);
+    let layout = SnowflakeLayout::default();
+    let id = layout.encode(1_700_000_000_123, 7, 42).unwrap();
+    for (path, query) in [
+        (id.to_string(), "format=hex"),
+        ("!".to_owned(), "format=base62"),
+        ("ABC".to_owned(), "format=base36"),
+        // Above i64::MAX.
+        ("zzzzzzzzzzzzzz".to_owned(), "format=base36"),
+        (id.to_string(), "format=friendly"),
+        ("20231114221320123-7".to_owned(), "format=friendly"),
+        ("20231114221320123-7-99999".to_owned(), "format=friendly"),
+        ("20231399221320123-7-42".to_owned(), "format=friendly"),
+    ] {
+        get(&f.app, &format!("/v1/snowflake/{path}/decode?{query}"))
+            .await
+            .error(400, 400);
+    }
+}
+
+#[tokio::test]
+async fn snowflake_ids_without_a_format_answer_as_before() {
+    let f = fixture().await;
+    let plain = |r: Reply| {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.headers[header::CONTENT_TYPE], "application/json");
+        r.text()
+    };
+    // Byte for byte what the route answered before formats: numbers in `ids`, nothing else.
+    for q in ["", "?count=3", "?format=number&count=3", "?as=number"] {
+        let body = plain(get(&f.app, &format!("/v1/snowflake{q}")).await);
+        let ids: Vec<i64> =
+            serde_json::from_value(serde_json::from_str::<Value>(&body).unwrap()["ids"].clone())
+                .unwrap();
+        assert_eq!(body, serde_json::json!({ "ids": ids }).to_string(), "{q}");
+        let numbers: Vec<String> = ids.iter().map(i64::to_string).collect();
+        assert_eq!(body, format!("{{\"ids\":[{}]}}", numbers.join(",")), "{q}");
+    }
+    let body = plain(get(&f.app, "/v1/snowflake?as=string&format=number").await);
+    assert!(
+        body.starts_with("{\"ids\":[\"") && body.ends_with("\"]}"),
+        "{body}"
+    );
+    plain_id(&get(&f.app, "/api/snowflake/get/x?format=base62").await);
+}
+
 #[tokio::test]
 async fn disabled_modes_answer_404_saying_so() {
     let f = Setup {

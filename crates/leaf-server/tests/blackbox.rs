@@ -492,6 +492,41 @@ fn a_corrupt_sqlite_file_stops_start_up_naming_it() {
 
 // The peer clock check of the ZooKeeper modes, against this binary as the peer.
 
+#[test]
+fn snowflake_ids_in_a_format_round_trip_through_the_decode_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), 1);
+    let before = now_ms();
+    let plain = s.get("/v1/snowflake").ids()[0];
+    let decoded = |path: &str| {
+        let r = s.get(path);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        r.json()
+    };
+    let worker = decoded(&format!("/v1/snowflake/{plain}/decode"))["worker_id"].clone();
+    for format in ["base36", "base62", "friendly"] {
+        let r = s.get(&format!("/v1/snowflake?format={format}&count=2"));
+        assert_eq!(r.status, 200, "{format}: {}", r.body);
+        let texts = r.json()["ids"].as_array().unwrap().clone();
+        assert_eq!(texts.len(), 2, "{format}: {}", r.body);
+        for text in texts {
+            let text = text.as_str().expect("a formatted ID is a string");
+            let d = decoded(&format!("/v1/snowflake/{text}/decode?format={format}"));
+            assert_eq!(d["worker_id"], worker, "{format} {text}");
+            let at = d["timestamp_ms"].as_u64().unwrap();
+            assert!((before..=now_ms()).contains(&at), "{format} {text}: {d}");
+            let id = d["id"].as_i64().unwrap();
+            assert!(id > plain, "{format} {text}: issued after {plain}");
+            assert_eq!(decoded(&format!("/v1/snowflake/{id}/decode")), d);
+        }
+    }
+    let r = s.get("/v1/snowflake?format=hex");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["code"], 400, "{}", r.body);
+    let r = s.get("/v1/snowflake/not-an-id/decode?format=friendly");
+    assert_eq!(r.status, 400, "{}", r.body);
+}
+
 /// How long the clock check waits for a peer's answer.
 const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 

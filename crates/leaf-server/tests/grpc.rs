@@ -180,7 +180,10 @@ async fn ids_of_both_modes_and_http_on_the_same_port() {
 
     let mut snowflake = SnowflakeClient::new(s.channel().await);
     let ids = snowflake
-        .next_snowflake_ids(pb::NextSnowflakeIdsRequest { count: 5 })
+        .next_snowflake_ids(pb::NextSnowflakeIdsRequest {
+            count: 5,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()
@@ -205,6 +208,58 @@ async fn ids_of_both_modes_and_http_on_the_same_port() {
         ),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn snowflake_ids_in_a_format_come_as_formatted_ids_and_decode_to_their_parts() {
+    let s = start(config()).await;
+    let mut snowflake = SnowflakeClient::new(s.channel().await);
+    let layout = SnowflakeLayout::default();
+    for (format, form) in [
+        ("base36", leaf_format::SnowflakeForm::Base36),
+        ("base62", leaf_format::SnowflakeForm::Base62),
+        ("friendly", leaf_format::SnowflakeForm::Friendly),
+    ] {
+        let r = snowflake
+            .next_snowflake_ids(pb::NextSnowflakeIdsRequest {
+                count: 3,
+                format: format.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.ids.is_empty(), "{format}: the numbers stay out");
+        assert_eq!(r.formatted_ids.len(), 3, "{format}");
+        for text in &r.formatted_ids {
+            let id = form.parse(text, &layout).unwrap();
+            let d = snowflake
+                .decode_snowflake(pb::DecodeSnowflakeRequest { id })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(d.worker_id, 0, "{format} {text}");
+            assert!(d.timestamp_ms > 1_700_000_000_000, "{format} {text}");
+        }
+    }
+    let plain = snowflake
+        .next_snowflake_ids(pb::NextSnowflakeIdsRequest {
+            count: 2,
+            format: "number".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((plain.ids.len(), plain.formatted_ids.len()), (2, 0));
+    let e = snowflake
+        .next_snowflake_ids(pb::NextSnowflakeIdsRequest {
+            count: 1,
+            format: "hex".into(),
+        })
+        .await
+        .expect_err("an unknown format is refused");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("base62"), "{}", e.message());
+    assert_eq!(leaf_code(&e).code, 400);
 }
 
 #[tokio::test]
@@ -719,7 +774,10 @@ async fn health_reports_each_mode_as_readyz_does() {
     assert_eq!(status(health.check(check("")).await.unwrap()), serving);
     // The snowflake RPCs say the mode is off: FAILED_PRECONDITION, not an unknown tag.
     let e = SnowflakeClient::new(health_channel(addr).await)
-        .next_snowflake_ids(pb::NextSnowflakeIdsRequest { count: 1 })
+        .next_snowflake_ids(pb::NextSnowflakeIdsRequest {
+            count: 1,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");

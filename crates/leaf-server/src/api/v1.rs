@@ -1,9 +1,10 @@
 //! Version 1 ID routes: JSON answers and batches (`/v1/segment/{tag}`, `/v1/snowflake`,
-//! `/v1/snowflake/{id}/decode`).
+//! `/v1/snowflake/{id}/decode`), snowflake IDs also in base 36, base 62 and `friendly` form.
 
 use axum::Json;
 use axum::extract::State;
 use leaf_core::format_utc_ms;
+use leaf_format::SnowflakeForm;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -18,11 +19,16 @@ pub(super) struct BatchParams {
     count: Option<String>,
     #[serde(rename = "as")]
     as_: Option<String>,
+    /// Read by the snowflake route only: a segment tag's form is fixed when it is created
+    /// (issue 27), never chosen per request.
+    format: Option<String>,
 }
 
 struct Batch {
     count: u64,
-    as_string: bool,
+    /// `as`: `Some(true)` for strings, `Some(false)` for numbers, `None` when not asked.
+    as_string: Option<bool>,
+    format: Option<String>,
 }
 
 impl BatchParams {
@@ -36,20 +42,25 @@ impl BatchParams {
             },
         };
         let as_string = match self.as_.as_deref() {
-            None | Some("number") => false,
-            Some("string") => true,
+            None => None,
+            Some("number") => Some(false),
+            Some("string") => Some(true),
             Some(other) => {
                 return Err(ApiError::bad_request(format!(
                     "as must be \"string\" or \"number\", got {other:?}"
                 )));
             }
         };
-        Ok(Batch { count, as_string })
+        Ok(Batch {
+            count,
+            as_string,
+            format: self.format,
+        })
     }
 }
 
-fn ids_json(ids: &[i64], as_string: bool) -> Value {
-    if as_string {
+fn ids_json(ids: &[i64], as_string: Option<bool>) -> Value {
+    if as_string == Some(true) {
         Value::from(ids.iter().map(i64::to_string).collect::<Vec<_>>())
     } else {
         Value::from(ids.to_vec())
@@ -87,15 +98,38 @@ pub(super) async fn v1_snowflake(
 ) -> Result<Json<Value>, ApiError> {
     state.snowflake()?;
     let batch = p.check(state.max_batch())?;
+    let form = ops::snowflake_form(batch.format.as_deref())?;
+    if form != SnowflakeForm::Number && batch.as_string == Some(false) {
+        return Err(ApiError::bad_request(format!(
+            "as=number cannot go with format={}, whose IDs are text: leave one out",
+            batch.format.as_deref().unwrap_or_default()
+        )));
+    }
     let ids = ops::snowflake_ids(&state, batch.count).await?;
-    Ok(Json(json!({ "ids": ids_json(&ids, batch.as_string) })))
+    if form == SnowflakeForm::Number {
+        return Ok(Json(json!({ "ids": ids_json(&ids, batch.as_string) })));
+    }
+    let text = ops::render_snowflake(&state, &ids, form)?;
+    Ok(Json(json!({ "ids": text })))
 }
 
+#[derive(Deserialize)]
+pub(super) struct DecodeParams {
+    format: Option<String>,
+}
+
+/// The parts of a snowflake ID. Without `format` the path is the decimal number, as before
+/// forms existed. The form is never guessed: `1234` and `zz` are IDs in base 36 and in base 62
+/// both (different ones), so only the caller knows which was meant.
 pub(super) async fn v1_decode(
     State(state): State<AppState>,
     RestPath(raw): RestPath,
+    Params(p): Params<DecodeParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&raw)?;
+    let id = match ops::snowflake_form(p.format.as_deref())? {
+        SnowflakeForm::Number => parse_id(&raw)?,
+        form => ops::parse_snowflake(&state, &raw, form)?,
+    };
     let d = ops::decode(&state, id)?;
     Ok(Json(json!({
         "id": id,

@@ -134,10 +134,24 @@ impl Snowflake for Rpc {
     ) -> Result<Response<NextSnowflakeIdsResponse>, Status> {
         auth::client(&self.state, &req)?;
         let r = req.into_inner();
+        // The twin's order: the mode, then the form, both before any ID is taken.
+        self.state.snowflake().map_err(status)?;
+        let form = ops::snowflake_form(Some(r.format.as_str()).filter(|f| !f.is_empty()))
+            .map_err(status)?;
         let ids = ops::snowflake_ids(&self.state, u64::from(r.count))
             .await
             .map_err(status)?;
-        Ok(Response::new(NextSnowflakeIdsResponse { ids }))
+        if form == leaf_format::SnowflakeForm::Number {
+            return Ok(Response::new(NextSnowflakeIdsResponse {
+                ids,
+                formatted_ids: Vec::new(),
+            }));
+        }
+        let formatted_ids = ops::render_snowflake(&self.state, &ids, form).map_err(status)?;
+        Ok(Response::new(NextSnowflakeIdsResponse {
+            ids: Vec::new(),
+            formatted_ids,
+        }))
     }
 
     type StreamSnowflakeIdsStream = IdStream<StreamSnowflakeIdsResponse>;

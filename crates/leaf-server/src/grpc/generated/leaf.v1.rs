@@ -63,17 +63,26 @@ pub struct GetTagRequest {
     #[prost(string, tag = "1")]
     pub tag: ::prost::alloc::string::String,
 }
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct NextSnowflakeIdsRequest {
     /// How many IDs: 1 to `server.max_batch`.
     #[prost(uint32, tag = "1")]
     pub count: u32,
+    /// The form of the IDs, as `format` of `GET /v1/snowflake`: empty or `number` for `ids`;
+    /// `base36`, `base62` or `friendly` (`20261126131730192-3-17`: UTC time, worker id,
+    /// sequence) for `formatted_ids`. Any other name is INVALID_ARGUMENT.
+    #[prost(string, tag = "2")]
+    pub format: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct NextSnowflakeIdsResponse {
-    /// The IDs, ascending.
+    /// The IDs, ascending; empty when a `format` other than `number` was asked.
     #[prost(int64, repeated, tag = "1")]
     pub ids: ::prost::alloc::vec::Vec<i64>,
+    /// The IDs in the asked `format`, in the order they were issued; empty without one. A client
+    /// that predates the field and asks no format never sees it.
+    #[prost(string, repeated, tag = "2")]
+    pub formatted_ids: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct StreamSnowflakeIdsRequest {
