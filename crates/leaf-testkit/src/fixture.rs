@@ -6,10 +6,23 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
+use leaf_core::{AcquireRequest, NodeIdentity, SegmentStore, WorkerIdRegistry};
+
+/// The wall clock, Unix milliseconds: what a test gives a registry as "now".
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// An acquire request for `identity` at the current time.
+pub fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
+    AcquireRequest::new(identity, max_worker_id, now_ms())
+}
 
 /// Provides segment stores over one namespace.
 #[async_trait]

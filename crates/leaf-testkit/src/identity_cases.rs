@@ -5,20 +5,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use leaf_core::{NodeIdentity, SystemClock, WorkerIdRegistry};
 use leaf_snowflake::{Snowflake, SnowflakeConfig};
 use tokio::task::JoinHandle;
 
-use crate::fixture::NodeDirs;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+use crate::fixture::{NodeDirs, now_ms};
 
 /// A generator on `registry` for `identity` with the default settings, its renewer running.
 pub async fn start(

@@ -4,26 +4,15 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use leaf_core::{AcquireRequest, Error, Lease, NodeIdentity, Renewal, WorkerIdRegistry};
+use leaf_core::{Error, Lease, NodeIdentity, Renewal, WorkerIdRegistry};
 
 use crate::RegistryFixture;
+use crate::fixture::now_ms;
+pub use crate::fixture::request;
 
 /// The largest worker id of Leaf's default layout (10 worker bits).
 pub const DEFAULT_MAX_WORKER_ID: u64 = 1023;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// An acquire request for `identity` at the current time.
-pub fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
-    AcquireRequest::new(identity, max_worker_id, now_ms())
-}
 
 async fn acquire(registry: &dyn WorkerIdRegistry, identity: NodeIdentity, max: u64) -> Lease {
     registry

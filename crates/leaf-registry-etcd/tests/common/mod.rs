@@ -2,16 +2,17 @@
 //! `LEAFTEST_ETCD_URL` names, or a container `leaf-testkit` provisions from
 //! `LEAFTEST_ETCD_IMAGE`), and registries and stores on it.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use leaf_core::{AcquireRequest, NodeIdentity, SegmentStore, WorkerIdRegistry};
+use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
 use leaf_registry_etcd::{EtcdBackend, EtcdConfig, EtcdRegistry, EtcdStore};
 use leaf_testkit::fixture::NodeDirs;
+pub use leaf_testkit::fixture::{now_ms, request};
 use leaf_testkit::provision::{self, EtcdNamespace};
 use leaf_testkit::{RegistryFixture, StoreFixture};
 
@@ -24,17 +25,6 @@ pub async fn namespace() -> EtcdNamespace {
         Ok(ns) => ns,
         Err(e) => panic!("no etcd for the tests: {e}"),
     }
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-pub fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
-    AcquireRequest::new(identity, max_worker_id, now_ms())
 }
 
 /// The configuration of the tests on `endpoints` under `prefix`: a lease TTL of 4 s (above the

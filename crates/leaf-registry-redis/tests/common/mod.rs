@@ -2,16 +2,16 @@
 //! `LEAFTEST_REDIS_URL` names, or a container `leaf-testkit` provisions from
 //! `LEAFTEST_REDIS_IMAGE`), and stores and registries on it.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use leaf_core::{AcquireRequest, NodeIdentity, SegmentStore, WorkerIdRegistry};
+use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
 use leaf_registry_redis::{RedisBackend, RedisConfig, RedisRegistry, RedisStore};
 use leaf_testkit::fixture::NodeDirs;
+pub use leaf_testkit::fixture::{now_ms, request};
 use leaf_testkit::provision::{RedisNamespace, redis_namespace, redis_namespace_on};
 use leaf_testkit::{RegistryFixture, StoreFixture};
 
@@ -41,17 +41,6 @@ pub fn config_of(ns: &RedisNamespace) -> RedisConfig {
 /// A namespace on the server at `url` (a dedicated one).
 pub fn namespace_on(url: &str) -> RedisNamespace {
     redis_namespace_on(url)
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-pub fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
-    AcquireRequest::new(identity, max_worker_id, now_ms())
 }
 
 /// One store test's namespace.

@@ -2,17 +2,18 @@
 //! `LEAFTEST_ZK_URL` names, or a container `leaf-testkit` provisions from `LEAFTEST_ZK_IMAGE`),
 //! and registries on it.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use leaf_core::{AcquireRequest, NodeIdentity, WorkerIdRegistry};
+use leaf_core::{NodeIdentity, WorkerIdRegistry};
 use leaf_registry_zk::{ZkBackend, ZkConfig, ZkMode, ZkRegistry};
 use leaf_testkit::RegistryFixture;
 use leaf_testkit::fixture::NodeDirs;
+pub use leaf_testkit::fixture::{now_ms, request};
 use zookeeper_client as zk;
 
 /// The leaf name every test uses (under its own root).
@@ -38,17 +39,6 @@ pub async fn raw_client() -> zk::Client {
         Ok(Err(e)) => panic!("ZooKeeper at {url} does not answer: {e}"),
         Err(_) => panic!("ZooKeeper at {url} did not answer within 10 s"),
     }
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-pub fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
-    AcquireRequest::new(identity, max_worker_id, now_ms())
 }
 
 /// One test's namespace: a random root on the test server, and nodes (registries) in it.

@@ -8,19 +8,4 @@ pub mod faults;
 pub mod registry;
 pub mod store;
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use leaf_core::{AcquireRequest, NodeIdentity};
-
-/// The wall clock, Unix milliseconds.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// An acquire request for `identity` at the current time.
-pub fn request(identity: NodeIdentity, max_worker_id: u64) -> AcquireRequest {
-    crate::registry_cases::request(identity, max_worker_id)
-}
+pub use crate::fixture::{now_ms, request};
