@@ -163,7 +163,9 @@ async fn a_stalled_server_never_hangs_a_caller() {
         .expect("allocate after the stall")
         .range();
     assert_disjoint(&[before, after]);
-    node.release(&lease, now_ms()).await.expect("release");
+    retrying(patience, || node.release(&lease, now_ms()))
+        .await
+        .expect("release");
 }
 
 fn fix_identity(i: u16) -> leaf_core::NodeIdentity {
@@ -350,7 +352,11 @@ async fn a_three_member_cluster_keeps_allocating_with_one_member_stopped() {
     assert!(ok >= 2, "{ok} renewals succeeded; failures {failed:?}");
     assert_eq!(ranges.len(), 80);
     assert_disjoint(&ranges);
-    node.release(&lease, now_ms()).await.expect("release");
+    // The cluster may still be settling after the member's return: a release that cannot reach
+    // it keeps the claim, so trying again is safe.
+    retrying(patience, || node.release(&lease, now_ms()))
+        .await
+        .expect("release");
     cluster.remove().await.expect("remove the cluster");
 }
 
