@@ -1,11 +1,16 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod business;
 mod period;
 mod radix;
 mod snowflake;
 mod template;
 
+pub use business::{
+    ALL_PERIODS, BusinessTags, Definition, Grouped, Issued, MAX_BASE_CHARS, PRELOAD_AHEAD,
+    PROPS_PREFIX, Properties, STEP_SHARE, check_plain, definition_tag, group_rows, reserved,
+};
 pub use period::{Period, Reset, Zone};
 pub use radix::Radix;
 pub use snowflake::{SnowflakeForm, friendly, parse_friendly};

@@ -12,6 +12,8 @@ leaf_testkit::store_conformance!(
     multi_process = true,
 );
 
+leaf_testkit::period_conformance!(etcd_periods, async { EtcdFix::new().await });
+
 leaf_testkit::registry_conformance!(
     etcd_registry,
     async { EtcdFix::new().await },

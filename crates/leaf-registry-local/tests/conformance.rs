@@ -46,6 +46,8 @@ leaf_testkit::store_conformance!(
     multi_process = true,
 );
 
+leaf_testkit::period_conformance!(sqlite_periods, async { SqliteFixture::new().await });
+
 /// An in-memory SQLite database: one process, gone with the pool.
 struct SqliteMemoryFixture(Arc<dyn SegmentStore>);
 

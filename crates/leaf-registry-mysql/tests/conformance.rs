@@ -11,6 +11,8 @@ leaf_testkit::store_conformance!(
     multi_process = true,
 );
 
+leaf_testkit::period_conformance!(mysql_periods, async { Fix::new().await });
+
 leaf_testkit::registry_conformance!(
     mysql_registry,
     async { Fix::new().await },

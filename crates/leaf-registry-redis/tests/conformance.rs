@@ -12,6 +12,8 @@ leaf_testkit::store_conformance!(
     multi_process = true,
 );
 
+leaf_testkit::period_conformance!(redis_periods, async { StoreFix::new().await });
+
 leaf_testkit::registry_conformance!(
     redis_registry,
     async { RegFix::new().await },

@@ -34,6 +34,9 @@ const MAX_MISSES: usize = 65_536;
 /// The first retry of a failed background load waits this long (then doubles).
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
+/// Which rows of the store's listing are an allocator's tags.
+type Keep = fn(&str) -> bool;
+
 /// A by-name request: the allocator and the tag it names.
 #[derive(Clone, Copy)]
 struct ByName<'a> {
@@ -71,6 +74,8 @@ pub(crate) struct Inner {
     clock: Arc<dyn Clock>,
     config: SegmentConfig,
     observer: RwLock<Option<Arc<dyn LoadObserver>>>,
+    /// Which listed rows are this allocator's tags (`None`: all).
+    listed: RwLock<Option<Keep>>,
     /// The tags in the cache. Replaced whole on change (rare); threads keep a copy
     /// (`tags::lookup`).
     tags: ArcSwap<TagMap>,
@@ -136,8 +141,22 @@ impl SegmentAllocator {
                 version: AtomicU64::new(0),
                 map_write: Mutex::new(()),
                 misses: Mutex::default(),
+                listed: RwLock::new(None),
             }),
         }
+    }
+
+    /// Takes only the rows for which `keep` is true from the store's list (start-up and the
+    /// refresh): rows that other code counts in the same store (business tags' periods) stay
+    /// out of the cache, the snapshots and the metrics. A row left out still answers when asked
+    /// for by name.
+    pub fn with_listing_filter(self, keep: Keep) -> Self {
+        *self
+            .inner
+            .listed
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(keep);
+        self
     }
 
     /// Reports every load attempt to `observer` (metrics).
@@ -289,6 +308,11 @@ impl SegmentAllocator {
     /// The store.
     pub fn store(&self) -> &Arc<dyn SegmentStore> {
         &self.inner.store
+    }
+
+    /// The clock it times steps and waits with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
     }
 
     /// The configuration.
@@ -453,13 +477,17 @@ impl Inner {
         // Only tags cached before the listing may be dropped: one added by a lookup meanwhile
         // may be newer than the list.
         let before = self.tags.load_full();
-        let listed = self.store.tags().await?;
+        let mut listed = self.store.tags().await?;
         if listed.is_empty() {
             tracing::warn!(
                 store = self.store.kind(),
                 "the store listed no tags; keeping the cached ones"
             );
             return Ok(());
+        }
+        let keep = *self.listed.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(keep) = keep {
+            listed.retain(|t| keep(t.as_str()));
         }
         let (added, removed) = {
             let _writer = lock(&self.map_write);

@@ -394,6 +394,28 @@ async fn refresh_ignores_an_empty_list_and_drops_vanished_tags() {
 }
 
 #[tokio::test]
+async fn a_listing_filter_keeps_other_rows_out_of_the_cache() {
+    let store = RecordingStore::with_tags([("a", 10), ("order@", 10), ("order@20261127", 10)]);
+    let alloc = SegmentAllocator::new(store.clone(), system(), patient())
+        .with_listing_filter(|name| !name.contains('@'));
+    alloc.init().await.unwrap();
+    let cached = |alloc: &SegmentAllocator| -> Vec<String> {
+        alloc.snapshot().iter().map(|s| s.tag.to_string()).collect()
+    };
+    assert_eq!(cached(&alloc), ["a"]);
+    store
+        .create(&NewTag::new(Tag::new("order@20261128").unwrap()))
+        .await
+        .unwrap();
+    alloc.refresh_tags().await.unwrap();
+    assert_eq!(
+        cached(&alloc),
+        ["a"],
+        "the refresh filters as the start did"
+    );
+}
+
+#[tokio::test]
 async fn batches_are_ascending_unique_and_span_segments() {
     let clock = ManualClock::new(0);
     let store = RecordingStore::with_tags([("t", 10), ("u", 10)]);

@@ -20,6 +20,9 @@ pub(crate) const CODE_LEASE_LOST: i64 = -4;
 /// The fork's code: a finite space ran out (a tag's IDs up to `i64::MAX`, the layout's
 /// timestamps); retrying does not help until an operator acts.
 pub(crate) const CODE_EXHAUSTED: i64 = -5;
+/// A business tag's value no longer fits its format's fixed width: no ID of it is issued until
+/// the next period (a wider or cut ID never is).
+pub(crate) const CODE_FORMAT_OVERFLOW: i64 = -6;
 
 /// Which part of the service an error came from; it decides Leaf's result code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

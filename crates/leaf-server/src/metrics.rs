@@ -188,6 +188,7 @@ pub struct Metrics {
     routes: RwLock<HashMap<String, Arc<RouteStats>>>,
     rpcs: RwLock<HashMap<&'static str, Arc<RpcStats>>>,
     segment_issued: RwLock<HashMap<Tag, Arc<AtomicU64>>>,
+    format_overflows: RwLock<HashMap<Tag, Arc<AtomicU64>>>,
     client_allocations: RwLock<HashMap<(Tag, Family), Arc<ClientAllocations>>>,
     snowflake_issued: AtomicU64,
     segment_load_duration: Histogram,
@@ -199,6 +200,7 @@ impl Default for Metrics {
             routes: RwLock::default(),
             rpcs: RwLock::default(),
             segment_issued: RwLock::default(),
+            format_overflows: RwLock::default(),
             client_allocations: RwLock::default(),
             snowflake_issued: AtomicU64::new(0),
             segment_load_duration: Histogram::new(&LOAD_BUCKETS),
@@ -267,6 +269,11 @@ impl Metrics {
         slot(&self.segment_issued, tag).fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Counts one request refused because a value of `tag` no longer fits its format's width.
+    pub fn format_overflow(&self, tag: &Tag) {
+        slot(&self.format_overflows, tag).fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts one range of `ids` IDs of `tag` reserved for a leasing client of `family`.
     pub fn client_allocation(&self, tag: &Tag, family: Family, ids: u64) {
         let c = slot(&self.client_allocations, &(tag.clone(), family));
@@ -291,25 +298,28 @@ impl Metrics {
             "IDs issued, by mode and tag",
             "counter",
         );
-        {
-            let issued = self
-                .segment_issued
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
-            let mut tags: Vec<_> = issued.iter().collect();
-            tags.sort_by(|a, b| a.0.cmp(b.0));
-            for (tag, n) in tags {
-                out.sample(
-                    "leaf_ids_issued_total",
-                    &[("mode", "segment"), ("tag", tag.as_str())],
-                    n.load(Ordering::Relaxed) as f64,
-                );
-            }
-        }
+        per_tag(
+            out,
+            "leaf_ids_issued_total",
+            &[("mode", "segment")],
+            &self.segment_issued,
+        );
         out.sample(
             "leaf_ids_issued_total",
             &[("mode", "snowflake"), ("tag", "")],
             self.snowflake_issued.load(Ordering::Relaxed) as f64,
+        );
+        out.family(
+            "leaf_format_overflows_total",
+            "Requests refused because a business tag's value no longer fits its format's width, \
+             by tag",
+            "counter",
+        );
+        per_tag(
+            out,
+            "leaf_format_overflows_total",
+            &[],
+            &self.format_overflows,
         );
 
         {
@@ -484,6 +494,23 @@ fn format_value(v: f64) -> String {
         "-Inf".into()
     } else {
         v.to_string()
+    }
+}
+
+/// One sample of `name` per tag of `counts`, in tag order, with `labels` before the tag's.
+fn per_tag(
+    out: &mut Exposition,
+    name: &str,
+    labels: &[(&str, &str)],
+    counts: &RwLock<HashMap<Tag, Arc<AtomicU64>>>,
+) {
+    let counts = counts.read().unwrap_or_else(|p| p.into_inner());
+    let mut tags: Vec<_> = counts.iter().collect();
+    tags.sort_by(|a, b| a.0.cmp(b.0));
+    for (tag, n) in tags {
+        let mut all = labels.to_vec();
+        all.push(("tag", tag.as_str()));
+        out.sample(name, &all, n.load(Ordering::Relaxed) as f64);
     }
 }
 

@@ -5,8 +5,10 @@
 //! drift apart in what they allow, issue or refuse.
 
 use leaf_core::{Allocation, DecodedId, NewTag, Tag, TagRecord, TagUpdate};
-use leaf_format::SnowflakeForm;
-use leaf_segment::TagSnapshot;
+use std::sync::Arc;
+
+use leaf_format::{Definition, Grouped, Properties, Reset, SnowflakeForm, check_plain, group_rows};
+use leaf_segment::{SegmentAllocator, TagSnapshot};
 
 use crate::error::{ApiError, Origin};
 use crate::metrics::Family;
@@ -32,25 +34,113 @@ pub(crate) fn parse_tag(raw: &str) -> Result<Tag, ApiError> {
     Tag::new(raw).map_err(|e| ApiError::from_core(Origin::Segment, e))
 }
 
-/// `count` segment IDs of `raw_tag`, ascending, counted in the metrics. The checks run in the
-/// HTTP routes' order: the mode, the tag, the count.
+/// A segment tag's IDs: numbers, or the text a business tag's format prints.
+pub(crate) enum SegmentIds {
+    /// A plain tag's.
+    Numbers(Vec<i64>),
+    /// A business tag's (issue 27).
+    Text(Vec<String>),
+}
+
+/// `count` segment IDs of `raw_tag`, ascending, counted in the metrics; numbers only (a
+/// business tag is refused before anything is taken). The checks run in the HTTP routes'
+/// order: the mode, the tag, the count.
 pub(crate) async fn segment_ids(
     state: &AppState,
     raw_tag: &str,
     count: u64,
 ) -> Result<(Tag, Vec<i64>), ApiError> {
-    state.segment()?;
-    let tag = parse_tag(raw_tag)?;
-    let count = check_count(count, state.max_batch())?;
-    let ids = take_segment_ids(state, &tag, count).await?;
-    Ok((tag, ids))
+    match segment_batch(state, raw_tag, count, false).await? {
+        (tag, SegmentIds::Numbers(ids)) => Ok((tag, ids)),
+        (tag, SegmentIds::Text(_)) => Err(text_only(&tag)),
+    }
 }
 
-/// One segment ID of `raw_tag` (Leaf's route, and gRPC's single IDs go through
-/// [`segment_ids`] with a count of 1, which takes the same path).
-pub(crate) async fn segment_id(state: &AppState, raw_tag: &str) -> Result<i64, ApiError> {
-    let (_, ids) = segment_ids(state, raw_tag, 1).await?;
-    one(ids)
+fn text_only(tag: &Tag) -> ApiError {
+    ApiError::bad_request(format!(
+        "tag {tag} is a business tag whose IDs are text: they cannot be numbers (as=number, \
+         gRPC's ids)"
+    ))
+}
+
+/// `count` IDs of `raw_tag`, numbers or (`text_ok`) a business tag's text.
+pub(crate) async fn segment_batch(
+    state: &AppState,
+    raw_tag: &str,
+    count: u64,
+    text_ok: bool,
+) -> Result<(Tag, SegmentIds), ApiError> {
+    let allocator = state.segment()?;
+    let tag = parse_tag(raw_tag)?;
+    check_plain(&tag).map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+    let count = check_count(count, state.max_batch())?;
+    let business = state.business()?;
+    let seg = |e| ApiError::from_core(Origin::Segment, e);
+    // A plain tag costs one lookup in an (often empty) map; a business tag unknown here is
+    // found when its base has no row of its own.
+    if !business.is_known(tag.as_str()) {
+        match take_plain(state, allocator, &tag, count).await {
+            Ok(ids) => return Ok((tag, SegmentIds::Numbers(ids))),
+            Err(leaf_core::Error::NotFound(what)) => {
+                if business
+                    .definition(tag.as_str())
+                    .await
+                    .map_err(seg)?
+                    .is_none()
+                {
+                    return Err(seg(leaf_core::Error::NotFound(what)));
+                }
+            }
+            Err(e) => return Err(seg(e)),
+        }
+    }
+    let def = business
+        .definition(tag.as_str())
+        .await
+        .map_err(seg)?
+        .ok_or_else(|| seg(leaf_core::Error::NotFound(format!("tag {tag}"))))?;
+    if !text_ok {
+        return Err(text_only(&tag));
+    }
+    let (period, values) = business.take(&def, count).await.map_err(seg)?;
+    let ids = def.render(period, &values).map_err(|e| {
+        state.metrics().format_overflow(&tag);
+        let mut answer = ApiError::from_core(Origin::Segment, e);
+        answer.code = crate::error::CODE_FORMAT_OVERFLOW;
+        answer
+    })?;
+    state.metrics().segment_issued(&tag, ids.len() as u64);
+    Ok((tag, SegmentIds::Text(ids)))
+}
+
+/// The definition of the business tag `raw_tag`; 404 (Leaf's -2) when it is not one.
+pub(crate) async fn business_definition(
+    state: &AppState,
+    raw_tag: &str,
+) -> Result<Arc<Definition>, ApiError> {
+    state.segment()?;
+    let tag = parse_tag(raw_tag)?;
+    let seg = |e| ApiError::from_core(Origin::Segment, e);
+    check_plain(&tag).map_err(seg)?;
+    state
+        .business()?
+        .definition(tag.as_str())
+        .await
+        .map_err(seg)?
+        .ok_or_else(|| seg(leaf_core::Error::NotFound(format!("business tag {tag}"))))
+}
+
+/// One segment ID of `raw_tag` as Leaf's route prints it: the number, or a business tag's text.
+pub(crate) async fn segment_id_text(state: &AppState, raw_tag: &str) -> Result<String, ApiError> {
+    match segment_batch(state, raw_tag, 1, true).await? {
+        (_, SegmentIds::Numbers(ids)) => one(ids).map(|id| id.to_string()),
+        (_, SegmentIds::Text(ids)) => ids.into_iter().next().ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error: a batch of one held no ID",
+            )
+        }),
+    }
 }
 
 /// One snowflake ID.
@@ -76,12 +166,23 @@ pub(crate) async fn take_segment_ids(
     count: usize,
 ) -> Result<Vec<i64>, ApiError> {
     let allocator = state.segment()?;
+    take_plain(state, allocator, tag, count)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))
+}
+
+/// [`take_segment_ids`] with the store's error as it is.
+async fn take_plain(
+    state: &AppState,
+    allocator: &SegmentAllocator,
+    tag: &Tag,
+    count: usize,
+) -> leaf_core::Result<Vec<i64>> {
     let ids = if count == 1 {
         allocator.next_id(tag.as_str()).await.map(|id| vec![id])
     } else {
         allocator.next_ids(tag.as_str(), count).await
-    }
-    .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+    }?;
     state.metrics().segment_issued(tag, ids.len() as u64);
     Ok(ids)
 }
@@ -219,20 +320,62 @@ pub(crate) async fn list_tags(
     state: &AppState,
 ) -> Result<Vec<(TagRecord, Option<TagSnapshot>)>, ApiError> {
     let allocator = state.segment()?;
-    let rows = allocator
-        .store()
-        .list()
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let rows = stored_rows(allocator).await?;
     let mut snapshots = allocator.snapshot();
     Ok(rows
         .into_iter()
         .map(|r| {
-            let cache = snapshots
-                .iter()
-                .position(|s| s.tag == r.tag)
-                .map(|i| snapshots.swap_remove(i));
+            let cache = take_snapshot(&mut snapshots, &r.tag);
             (r, cache)
+        })
+        .collect())
+}
+
+async fn stored_rows(allocator: &SegmentAllocator) -> Result<Vec<TagRecord>, ApiError> {
+    allocator
+        .store()
+        .list()
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Other, e))
+}
+
+/// `tag`'s snapshot, taken out of `snapshots`.
+fn take_snapshot(snapshots: &mut Vec<TagSnapshot>, tag: &Tag) -> Option<TagSnapshot> {
+    snapshots
+        .iter()
+        .position(|s| &s.tag == tag)
+        .map(|i| snapshots.swap_remove(i))
+}
+
+/// A tag of the listing with its cached state: a plain row, or a business tag with its period
+/// rows (each with its own cache).
+pub(crate) struct ListedTag {
+    pub(crate) group: Grouped,
+    pub(crate) cache: Option<TagSnapshot>,
+    pub(crate) period_caches: Vec<Option<TagSnapshot>>,
+}
+
+/// Every stored row, business tags' rows grouped under their base tag, with this server's
+/// cache of each when it holds one.
+pub(crate) async fn list_grouped(state: &AppState) -> Result<Vec<ListedTag>, ApiError> {
+    let allocator = state.segment()?;
+    let rows = stored_rows(allocator).await?;
+    let mut plain = allocator.snapshot();
+    let mut business = state.business()?.allocator().snapshot();
+    Ok(group_rows(rows)
+        .into_iter()
+        .map(|group| {
+            let cache = take_snapshot(&mut plain, &group.record.tag);
+            let period_caches = group
+                .periods
+                .iter()
+                .map(|p| take_snapshot(&mut business, &p.tag))
+                .collect();
+            ListedTag {
+                group,
+                cache,
+                period_caches,
+            }
         })
         .collect())
 }
@@ -243,12 +386,73 @@ pub(crate) struct CreateTag {
     pub(crate) max_id: Option<i64>,
     pub(crate) step: Option<i64>,
     pub(crate) description: Option<String>,
+    /// A business tag's properties (issue 27); any of them makes one.
+    pub(crate) reset: Option<String>,
+    pub(crate) time_zone: Option<String>,
+    pub(crate) first: Option<i64>,
+    pub(crate) format: Option<String>,
 }
 
-/// Creates a tag; 409 (`ALREADY_EXISTS`) if it exists.
-pub(crate) async fn create_tag(state: &AppState, body: CreateTag) -> Result<TagRecord, ApiError> {
+/// What [`create_tag`] created.
+pub(crate) enum Created {
+    /// A plain tag: its row.
+    Plain(TagRecord),
+    /// A business tag: its definition.
+    Business(Arc<Definition>),
+}
+
+/// Creates a tag; 409 (`ALREADY_EXISTS`) if it exists. A business tag's name is refused for a
+/// plain tag and the other way round; names of business rows' shape are refused for both.
+pub(crate) async fn create_tag(state: &AppState, body: CreateTag) -> Result<Created, ApiError> {
     let allocator = state.segment()?;
-    let tag = Tag::new(&body.tag).map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let other = |e| ApiError::from_core(Origin::Other, e);
+    let tag = Tag::new(&body.tag).map_err(other)?;
+    check_plain(&tag).map_err(other)?;
+    let business = state.business()?;
+    if body.reset.is_some()
+        || body.time_zone.is_some()
+        || body.first.is_some()
+        || body.format.is_some()
+    {
+        if body.max_id.is_some() {
+            return Err(ApiError::bad_request(
+                "max_id is a plain tag's: a business tag's periods start at first",
+            ));
+        }
+        if body.description.is_some() {
+            return Err(ApiError::bad_request(
+                "a business tag keeps no description: its definition row's description holds \
+                 its properties",
+            ));
+        }
+        let reset = body
+            .reset
+            .as_deref()
+            .map(str::parse::<Reset>)
+            .transpose()
+            .map_err(other)?;
+        let props = Properties::new(
+            reset,
+            body.time_zone.as_deref(),
+            body.first,
+            body.format.as_deref(),
+        )
+        .map_err(other)?;
+        let step = body.step.unwrap_or(leaf_core::DEFAULT_STEP);
+        let def = business.create(&tag, step, props).await.map_err(other)?;
+        allocator.forget_miss(tag.as_str());
+        return Ok(Created::Business(def));
+    }
+    if business
+        .definition(tag.as_str())
+        .await
+        .map_err(other)?
+        .is_some()
+    {
+        return Err(other(leaf_core::Error::AlreadyExists(format!(
+            "tag {tag} (a business tag)"
+        ))));
+    }
     let mut new = NewTag::new(tag.clone());
     if let Some(m) = body.max_id {
         new.max_id = m;
@@ -257,17 +461,12 @@ pub(crate) async fn create_tag(state: &AppState, body: CreateTag) -> Result<TagR
         new.step = s;
     }
     new.description = body.description;
-    new.validate()
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
-    let record = allocator
-        .store()
-        .create(&new)
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    new.validate().map_err(other)?;
+    let record = allocator.store().create(&new).await.map_err(other)?;
     // The tag may have been asked for (and remembered as unknown) a moment ago.
     allocator.forget_miss(tag.as_str());
     tracing::info!(tag = %tag, step = record.step, max_id = record.max_id, "tag created");
-    Ok(record)
+    Ok(Created::Plain(record))
 }
 
 /// Changes a tag's stored step or description; an unknown tag is a 404 with Leaf's -2.

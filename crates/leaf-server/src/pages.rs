@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use leaf_core::utc_parts;
 use leaf_core::{SnowflakeLayout, TagRecord};
+use leaf_format::Grouped;
 use leaf_segment::{SegmentView, TagSnapshot};
 use leaf_snowflake::{SnowflakeState, SnowflakeStatus};
 
@@ -392,7 +393,10 @@ pub(crate) fn cache_page(
 }
 
 /// `/db`: the stored rows.
-pub(crate) fn db_page(rows: &[TagRecord], now_ms: u64, refresh_s: Option<u32>) -> String {
+/// How many of a business tag's latest period rows `/db` shows under it.
+const PERIODS_SHOWN: usize = 7;
+
+pub(crate) fn db_page(rows: &[Grouped], now_ms: u64, refresh_s: Option<u32>) -> String {
     let mut b = String::new();
     if rows.is_empty() {
         b.push_str("<p class=\"muted\">No rows.</p>\n");
@@ -402,26 +406,63 @@ pub(crate) fn db_page(rows: &[TagRecord], now_ms: u64, refresh_s: Option<u32>) -
         "<table class=\"cards\"><thead><tr><th>biz_tag</th><th>max_id</th><th>step</th>\
          <th>description</th><th>update_time</th></tr></thead><tbody>\n",
     );
-    for r in rows {
-        let updated = r
-            .updated_at_ms
-            .and_then(|ms| u64::try_from(ms).ok())
-            .map_or_else(String::new, |ms| time(ms, now_ms));
-        let _ = writeln!(
-            b,
-            "<tr><td class=\"head\" data-label=\"biz_tag\">{}</td>\
-             <td class=\"num\" data-label=\"max_id\">{}</td>\
-             <td class=\"num\" data-label=\"step\">{}</td>\
-             <td data-label=\"description\">{}</td>\
-             <td data-label=\"update_time\">{updated}</td></tr>",
-            escape(r.tag.as_str()),
-            int(r.max_id),
-            int(r.step),
-            escape(r.description.as_deref().unwrap_or("")),
-        );
+    for g in rows {
+        match &g.definition {
+            None => db_row(&mut b, &g.record, escape(g.record.tag.as_str()), now_ms),
+            Some(def) => {
+                let p = def.props();
+                let _ = writeln!(
+                    b,
+                    "<tr><td class=\"head\" data-label=\"biz_tag\">{}</td>\
+                     <td class=\"num\" data-label=\"max_id\"></td>\
+                     <td class=\"num\" data-label=\"step\">{}</td>\
+                     <td data-label=\"description\">business tag: <code>{}</code>, {}, {}, \
+                     first {}</td><td data-label=\"update_time\"></td></tr>",
+                    escape(def.base().as_str()),
+                    int(def.step()),
+                    escape(p.format().as_str()),
+                    p.reset().map_or("never restarts".to_owned(), |r| format!(
+                        "restarts each {r}"
+                    )),
+                    escape(p.zone().name()),
+                    int(p.first()),
+                );
+                let hidden = g.periods.len().saturating_sub(PERIODS_SHOWN);
+                if hidden > 0 {
+                    let _ = writeln!(
+                        b,
+                        "<tr><td class=\"muted\" colspan=\"5\">&nbsp;&nbsp;… {hidden} earlier \
+                         period rows (GET /v1/tags lists them all)</td></tr>"
+                    );
+                }
+                for r in &g.periods[hidden..] {
+                    let name = format!("&nbsp;&nbsp;↳ {}", escape(r.tag.as_str()));
+                    db_row(&mut b, r, name, now_ms);
+                }
+            }
+        }
     }
     b.push_str("</tbody></table>\n");
     page(Page::Db, "Segment table", now_ms, refresh_s, &b)
+}
+
+/// One stored row of `/db`, its name as given (escaped).
+fn db_row(b: &mut String, r: &TagRecord, name: String, now_ms: u64) {
+    let updated = r
+        .updated_at_ms
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map_or_else(String::new, |ms| time(ms, now_ms));
+    let _ = writeln!(
+        b,
+        "<tr><td class=\"head\" data-label=\"biz_tag\">{name}</td>\
+         <td class=\"num\" data-label=\"max_id\">{}</td>\
+         <td class=\"num\" data-label=\"step\">{}</td>\
+         <td data-label=\"description\">{}</td>\
+         <td data-label=\"update_time\">{updated}</td></tr>",
+        int(r.max_id),
+        int(r.step),
+        escape(r.description.as_deref().unwrap_or("")),
+    );
 }
 
 /// What `/snowflake` shows.
@@ -624,12 +665,56 @@ mod tests {
             description: Some("x & <b>".into()),
             updated_at_ms: Some(1_700_000_000_123),
         }];
-        let html = db_page(&rows, NOW, None);
+        let html = db_page(&leaf_format::group_rows(rows.to_vec()), NOW, None);
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;"), "{html}");
         assert!(html.contains("x &amp; &lt;b&gt;"), "{html}");
         assert!(html.contains("2023-11-14 22:13:20 UTC"), "{html}");
         assert!(html.contains(">2,001<"), "{html}");
+    }
+
+    fn row(tag: &str, description: Option<&str>) -> TagRecord {
+        TagRecord {
+            tag: Tag::new(tag).unwrap(),
+            max_id: 101,
+            step: 100,
+            description: description.map(str::to_owned),
+            updated_at_ms: Some(1_700_000_000_123),
+        }
+    }
+
+    #[test]
+    fn db_page_shows_a_business_tag_with_its_latest_periods_under_it() {
+        let mut rows = vec![
+            row("plain", None),
+            row(
+                "order@",
+                Some(
+                    "leaf-props:v1 reset=day zone=Asia/Shanghai first=1 format=O{date:%Y%m%d}{seq:04}",
+                ),
+            ),
+            // A period row without a definition stays a row of its own.
+            row("lost@20261101", None),
+        ];
+        for day in 1..=10 {
+            rows.push(row(
+                &format!("order@202611{day:02}"),
+                Some("period of order"),
+            ));
+        }
+        let html = db_page(&leaf_format::group_rows(rows), NOW, None);
+        assert!(
+            html.contains("business tag: <code>O{date:%Y%m%d}{seq:04}</code>"),
+            "{html}"
+        );
+        assert!(html.contains("restarts each day, Asia/Shanghai"), "{html}");
+        assert!(html.contains("3 earlier period rows"), "{html}");
+        assert!(!html.contains("order@20261103"), "{html}");
+        assert!(html.contains("↳ order@20261104"), "{html}");
+        assert!(html.contains("↳ order@20261110"), "{html}");
+        assert!(html.contains(">lost@20261101<"), "{html}");
+        let order = html.find(">order<").expect("the base tag");
+        assert!(order < html.find("order@20261110").unwrap(), "{html}");
     }
 
     fn snapshot(tag: &str, initialized: bool) -> TagSnapshot {

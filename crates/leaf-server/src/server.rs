@@ -194,7 +194,9 @@ async fn start_segment(
     tracing::info!(store = store.kind(), "segment store configured");
     let allocator =
         SegmentAllocator::new(store, Arc::clone(clock), config.segment.allocator_config())
-            .with_observer(Arc::new(LoadMetrics(Arc::clone(metrics))));
+            .with_observer(Arc::new(LoadMetrics(Arc::clone(metrics))))
+            // Business tags' rows are counted by their own allocator (`SegmentService`).
+            .with_listing_filter(|name| leaf_format::reserved(name).is_none());
     let warm_tags = warm::read(warm_file);
     let first = match seed(allocator.store().as_ref(), &seeds).await {
         Ok(()) => allocator.init().await,

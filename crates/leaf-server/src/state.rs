@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use leaf_core::{Error, SnowflakeLayout, Tag};
+use leaf_format::BusinessTags;
 use leaf_segment::{LoadObserver, SegmentAllocator};
 use leaf_snowflake::{Snowflake, SnowflakeState};
 
@@ -151,15 +152,24 @@ impl AppState {
         self.inner.snowflake.as_ref()
     }
 
+    /// The business tags, or the answer for a disabled or still starting segment mode.
+    pub fn business(&self) -> Result<&BusinessTags, ApiError> {
+        Ok(&self.ready_segment()?.business)
+    }
+
     /// The allocator, or the answer for a disabled or still starting segment mode.
     pub fn segment(&self) -> Result<&SegmentAllocator, ApiError> {
+        Ok(&self.ready_segment()?.allocator)
+    }
+
+    fn ready_segment(&self) -> Result<&SegmentService, ApiError> {
         let s = self
             .inner
             .segment
             .as_ref()
             .ok_or_else(|| ApiError::disabled("segment"))?;
         if s.is_ready() {
-            Ok(&s.allocator)
+            Ok(s)
         } else {
             Err(ApiError::unavailable(
                 CODE_SEGMENTS_NOT_READY,
@@ -215,6 +225,8 @@ pub struct Node {
 #[derive(Clone)]
 pub struct SegmentService {
     allocator: SegmentAllocator,
+    /// Business tags (periods, formats) on the allocator's store.
+    business: Arc<BusinessTags>,
     ready: Arc<AtomicBool>,
     reason: Arc<Mutex<String>>,
 }
@@ -235,6 +247,7 @@ impl SegmentService {
 
     fn with_reason(allocator: SegmentAllocator, reason: String) -> Self {
         SegmentService {
+            business: Arc::new(BusinessTags::beside(&allocator)),
             allocator,
             ready: Arc::new(AtomicBool::new(false)),
             reason: Arc::new(Mutex::new(reason)),
@@ -244,6 +257,11 @@ impl SegmentService {
     /// The allocator.
     pub fn allocator(&self) -> &SegmentAllocator {
         &self.allocator
+    }
+
+    /// The business tags.
+    pub fn business(&self) -> &BusinessTags {
+        &self.business
     }
 
     /// Records that `init` succeeded.

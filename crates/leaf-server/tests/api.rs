@@ -75,6 +75,8 @@ struct Setup {
     snowflake: bool,
     prev_mark_ms: Option<u64>,
     clock: Option<ManualClock>,
+    /// The segment allocator's clock (the system's if none): business tags read periods off it.
+    segment_clock: Option<ManualClock>,
     generator: SnowflakeConfig,
 }
 
@@ -89,6 +91,7 @@ impl Default for Setup {
             snowflake: true,
             prev_mark_ms: None,
             clock: None,
+            segment_clock: None,
             generator: SnowflakeConfig::default(),
         }
     }
@@ -102,11 +105,13 @@ impl Setup {
         ]));
         let metrics = Arc::new(Metrics::new());
         let segment = if self.segment {
-            let allocator = SegmentAllocator::new(
-                store.clone(),
-                Arc::new(SystemClock::new()),
-                self.config.segment.allocator_config(),
-            );
+            let clock: Arc<dyn Clock> = match &self.segment_clock {
+                Some(c) => Arc::new(c.clone()),
+                None => Arc::new(SystemClock::new()),
+            };
+            let allocator =
+                SegmentAllocator::new(store.clone(), clock, self.config.segment.allocator_config())
+                    .with_listing_filter(|name| leaf_format::reserved(name).is_none());
             allocator.init().await.unwrap();
             Some(SegmentService::ready(allocator))
         } else {
@@ -2366,4 +2371,170 @@ async fn only_a_page_of_a_listed_host_may_allocate_from_a_browser() {
             .await
             .error(403, 403);
     }
+}
+
+/// 2026-11-27 00:00:00 in Asia/Shanghai.
+const SHANGHAI_MIDNIGHT_MS: u64 = 1_795_708_800_000;
+
+async fn on_segment_clock(now_ms: u64) -> (Fixture, ManualClock) {
+    let clock = ManualClock::new(now_ms);
+    let f = Setup {
+        segment_clock: Some(clock.clone()),
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    (f, clock)
+}
+
+async fn post_tag(app: &Router, body: &str) -> Reply {
+    send(app, Method::POST, "/v1/tags", LOCAL, JSON, Some(body)).await
+}
+
+const ORDER: &str = r#"{"tag":"order","step":100,"reset":"day","time_zone":"Asia/Shanghai","format":"ORD{date:%Y%m%d}{seq:06}"}"#;
+
+#[tokio::test]
+async fn an_order_number_tag_restarts_after_midnight_in_its_zone_and_decodes() {
+    let (f, clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS - 60_000).await;
+    let r = post_tag(&f.app, ORDER).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"tag": "order", "step": 100, "reset": "day",
+            "time_zone": "Asia/Shanghai", "first": 1, "format": "ORD{date:%Y%m%d}{seq:06}"})
+    );
+    // Leaf's route answers the text; version 1 answers strings.
+    let r = get(&f.app, "/api/segment/get/order").await;
+    assert_eq!(
+        (r.status.as_u16(), r.text()),
+        (200, "ORD20261126000001".into())
+    );
+    assert_eq!(
+        text_ids(&get(&f.app, "/v1/segment/order?count=2").await),
+        ["ORD20261126000002", "ORD20261126000003"]
+    );
+    clock.set_ms(SHANGHAI_MIDNIGHT_MS);
+    assert_eq!(
+        get(&f.app, "/api/segment/get/order").await.text(),
+        "ORD20261127000001"
+    );
+    let d = get(&f.app, "/v1/decode/order?id=ORD20261126000003").await;
+    assert_eq!(d.status, 200, "{}", d.text());
+    assert_eq!(
+        d.json(),
+        serde_json::json!({"tag": "order", "id": "ORD20261126000003", "period": "20261126",
+            "date": "2026-11-26", "value": 3})
+    );
+    get(&f.app, "/v1/decode/order?id=ORD2026112600003")
+        .await
+        .error(400, 400);
+    get(&f.app, "/v1/decode/order").await.error(400, 400);
+    // A plain tag has nothing to decode.
+    get(&f.app, "/v1/decode/t?id=1").await.error(404, -2);
+    // Text cannot be numbers, a format is not chosen per request, and the rows are not tags.
+    let m = get(&f.app, "/v1/segment/order?as=number")
+        .await
+        .error(400, 400);
+    assert!(m.contains("as=number"), "{m}");
+    // ... and took no ID.
+    assert_eq!(
+        get(&f.app, "/api/segment/get/order").await.text(),
+        "ORD20261127000002"
+    );
+    get(&f.app, "/v1/segment/t?format=base36")
+        .await
+        .error(400, 400);
+    get(&f.app, "/api/segment/get/order@20261127")
+        .await
+        .error(400, 400);
+    // Plain tags answer as before.
+    plain_id(&get(&f.app, "/api/segment/get/t").await);
+}
+
+#[tokio::test]
+async fn bad_business_tags_are_400_and_store_nothing() {
+    let (f, _clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS).await;
+    let rows = || async { f.store.list().await.unwrap().len() };
+    let before = rows().await;
+    for (body, says) in [
+        (
+            r#"{"tag":"b1","reset":"day","time_zone":"Mars/Olympus","format":"B{date:%Y%m%d}{seq}"}"#,
+            "Mars/Olympus",
+        ),
+        (r#"{"tag":"b2","format":"B{seq"}"#, "format"),
+        (
+            r#"{"tag":"b3","reset":"day","format":"B{date:%Y%m}{seq}"}"#,
+            "format",
+        ),
+        (r#"{"tag":"b4","first":1000,"format":"B{seq:03}"}"#, "1000"),
+        (r#"{"tag":"b5","reset":"day"}"#, "format"),
+        (r#"{"tag":"b6","reset":"hour","format":"B{seq}"}"#, "hour"),
+        (r#"{"tag":"b7","max_id":5,"format":"B{seq}"}"#, "first"),
+        (
+            r#"{"tag":"b8","description":"x","format":"B{seq}"}"#,
+            "description",
+        ),
+        (r#"{"tag":"b@9","format":"B{seq}"}"#, "@"),
+        (r#"{"tag":"x@20261126"}"#, "reserved"),
+        (r#"{"tag":"x@"}"#, "reserved"),
+    ] {
+        let m = post_tag(&f.app, body).await.error(400, 400);
+        assert!(m.contains(says), "{body}: {m}");
+    }
+    assert_eq!(rows().await, before, "nothing was stored");
+    // A plain tag's name cannot become a business tag's, nor the other way round.
+    post_tag(&f.app, r#"{"tag":"t","format":"T{seq}"}"#)
+        .await
+        .error(409, 409);
+    assert_eq!(post_tag(&f.app, ORDER).await.status, 201);
+    post_tag(&f.app, r#"{"tag":"order"}"#).await.error(409, 409);
+    post_tag(&f.app, ORDER).await.error(409, 409);
+}
+
+#[tokio::test]
+async fn a_value_past_the_width_is_503_with_its_own_code_and_metric() {
+    let (f, _clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS).await;
+    let r = post_tag(&f.app, r#"{"tag":"tiny","first":8,"format":"T{seq:01}"}"#).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(
+        text_ids(&get(&f.app, "/v1/segment/tiny?count=2").await),
+        ["T8", "T9"]
+    );
+    let m = get(&f.app, "/v1/segment/tiny").await.error(503, -6);
+    assert!(m.contains("T{seq:01}"), "{m}");
+    let metrics = get(&f.app, "/metrics").await.text();
+    assert!(
+        metrics.contains("leaf_format_overflows_total{tag=\"tiny\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn listings_show_business_tags_with_their_periods_under_them() {
+    let (f, clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS - 60_000).await;
+    assert_eq!(post_tag(&f.app, ORDER).await.status, 201);
+    get(&f.app, "/api/segment/get/order").await;
+    clock.set_ms(SHANGHAI_MIDNIGHT_MS);
+    get(&f.app, "/api/segment/get/order").await;
+    let list = get(&f.app, "/v1/tags").await.json();
+    let tags = list["tags"].as_array().unwrap();
+    let names: Vec<&str> = tags.iter().map(|t| t["tag"].as_str().unwrap()).collect();
+    assert!(names.contains(&"order"), "{list}");
+    assert!(names.iter().all(|n| !n.contains('@')), "{list}");
+    let order = tags.iter().find(|t| t["tag"] == "order").unwrap();
+    assert_eq!(order["format"], "ORD{date:%Y%m%d}{seq:06}", "{order}");
+    assert_eq!(order["reset"], "day", "{order}");
+    let periods: Vec<&str> = order["periods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["tag"].as_str().unwrap())
+        .collect();
+    assert_eq!(periods, ["order@20261126", "order@20261127"], "{order}");
+    let today = &order["periods"][1];
+    assert_eq!(today["cache"]["initialized"], true, "{today}");
+    assert_eq!(today["step"], 100, "{today}");
+    let db = get(&f.app, "/db").await.text();
+    assert!(db.contains("↳ order@20261127"), "{db}");
+    assert!(db.contains(">order<"), "{db}");
 }

@@ -12,6 +12,8 @@ pub mod identity_cases;
 mod macros;
 pub mod memory;
 pub mod memory_registry;
+#[cfg(feature = "business")]
+pub mod period_cases;
 #[cfg(feature = "provision")]
 pub mod provision;
 #[cfg(feature = "provision")]
@@ -24,5 +26,5 @@ pub mod sql_cases;
 pub mod store_cases;
 
 pub use fixture::{RegistryFixture, StoreFixture};
-pub use memory::MemoryStore;
+pub use memory::{MemoryFixture, MemoryStore};
 pub use memory_registry::{MemoryRegistry, MemoryRegistryPool};

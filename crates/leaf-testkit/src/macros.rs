@@ -64,6 +64,30 @@ macro_rules! store_conformance {
     };
 }
 
+/// Generates `mod $name` with one `#[tokio::test]` per business-tag case
+/// ([`period_cases`](crate::period_cases), feature `business`), for a future yielding a
+/// [`StoreFixture`](crate::StoreFixture) as in [`store_conformance!`]. Every store runs them:
+/// business tags use nothing but the `SegmentStore` calls every store has.
+#[macro_export]
+macro_rules! period_conformance {
+    ($name:ident, $fixture:expr $(,)?) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $crate::__conformance_tests!(period_cases, $fixture;
+                a_daily_counter_restarts_at_midnight_in_its_zone,
+                two_nodes_across_midnight_print_no_id_twice,
+                month_and_year_ends_restart_their_counters,
+                daylight_saving_changes_keep_local_days,
+                a_value_past_the_width_is_an_error_and_steps_are_capped,
+                base36_and_base62_ids_round_trip,
+                reserved_names_and_definitions,
+            );
+        }
+    };
+}
+
 /// Generates `mod $name` with one `#[tokio::test]` per worker-id registry case.
 ///
 /// As [`store_conformance!`], with a future yielding a

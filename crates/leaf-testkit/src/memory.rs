@@ -176,3 +176,18 @@ impl SegmentStore for MemoryStore {
         Ok(row.clone())
     }
 }
+
+/// A fresh [`MemoryStore`] as a [`StoreFixture`](crate::StoreFixture): one process, one map,
+/// so the second handle is the same store.
+#[derive(Debug, Default)]
+pub struct MemoryFixture(pub std::sync::Arc<MemoryStore>);
+
+#[async_trait]
+impl crate::StoreFixture for MemoryFixture {
+    async fn store(&self) -> std::sync::Arc<dyn SegmentStore> {
+        self.0.clone()
+    }
+    async fn another_handle(&self) -> std::sync::Arc<dyn SegmentStore> {
+        self.0.clone()
+    }
+}

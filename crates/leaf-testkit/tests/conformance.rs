@@ -4,25 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
-use leaf_testkit::{MemoryRegistryPool, MemoryStore, RegistryFixture, StoreFixture};
-
-struct MemoryStoreFixture(Arc<MemoryStore>);
-
-#[async_trait]
-impl StoreFixture for MemoryStoreFixture {
-    async fn store(&self) -> Arc<dyn SegmentStore> {
-        self.0.clone()
-    }
-    // One process, one map: the second handle is the same store.
-    async fn another_handle(&self) -> Arc<dyn SegmentStore> {
-        self.0.clone()
-    }
-}
+use leaf_core::{NodeIdentity, WorkerIdRegistry};
+use leaf_testkit::{MemoryFixture, MemoryRegistryPool, RegistryFixture};
 
 leaf_testkit::store_conformance!(
     memory_store,
-    async { MemoryStoreFixture(Arc::new(MemoryStore::new())) },
+    async { MemoryFixture::default() },
     durable = false,
     multi_process = false,
 );

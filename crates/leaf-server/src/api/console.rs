@@ -116,7 +116,11 @@ pub(super) async fn db(
         .list()
         .await
         .map_err(|e| ApiError::from_core(Origin::Other, e))?;
-    Ok(Html(pages::db_page(&rows, now_ms(), refresh)))
+    Ok(Html(pages::db_page(
+        &leaf_format::group_rows(rows),
+        now_ms(),
+        refresh,
+    )))
 }
 
 pub(super) async fn snowflake(

@@ -18,7 +18,8 @@ pub(super) async fn leaf_segment(
     State(state): State<AppState>,
     RestPath(key): RestPath,
 ) -> Result<String, ApiError> {
-    Ok(ops::segment_id(&state, &key).await?.to_string())
+    // A business tag's ID is its text (such tags are new: no Leaf client meets one unasked).
+    ops::segment_id_text(&state, &key).await
 }
 
 pub(super) async fn leaf_segment_empty(

@@ -84,6 +84,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/segment", ids(get(v1::v1_segment_empty), "GET"))
         .route("/v1/snowflake", ids(get(v1::v1_snowflake), "GET"))
         .route("/v1/snowflake/{id}/decode", get(v1::v1_decode))
+        .route("/v1/decode/{*tag}", get(v1::v1_segment_decode))
         .route("/v1/time", get(crate::peer_clock::time_route))
         .route("/v1/tags", get(tags::list_tags).post(tags::create_tag))
         .route(

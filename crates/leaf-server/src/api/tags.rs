@@ -63,10 +63,26 @@ pub(super) async fn list_tags(
     _: Admin,
     State(state): State<AppState>,
 ) -> Result<Json<Value>, ApiError> {
-    let tags: Vec<TagJson> = ops::list_tags(&state)
+    let tags: Vec<Value> = ops::list_grouped(&state)
         .await?
         .into_iter()
-        .map(|(r, cache)| TagJson::new(r, cache.as_ref().map(snapshot_json)))
+        .map(|t| {
+            let Some(def) = &t.group.definition else {
+                return json!(TagJson::new(
+                    t.group.record,
+                    t.cache.as_ref().map(snapshot_json)
+                ));
+            };
+            let mut v = definition_json(def);
+            v["periods"] = t
+                .group
+                .periods
+                .into_iter()
+                .zip(t.period_caches)
+                .map(|(p, cache)| json!(TagJson::new(p, cache.as_ref().map(snapshot_json))))
+                .collect();
+            v
+        })
         .collect();
     Ok(Json(json!({ "tags": tags })))
 }
@@ -78,6 +94,23 @@ pub(super) struct CreateTag {
     max_id: Option<i64>,
     step: Option<i64>,
     description: Option<String>,
+    reset: Option<String>,
+    time_zone: Option<String>,
+    first: Option<i64>,
+    format: Option<String>,
+}
+
+/// A business tag as the admin API shows it.
+pub(super) fn definition_json(def: &leaf_format::Definition) -> Value {
+    let p = def.props();
+    json!({
+        "tag": def.base().as_str(),
+        "step": def.step(),
+        "reset": p.reset().map(|r| r.as_str()),
+        "time_zone": p.zone().name(),
+        "first": p.first(),
+        "format": p.format().as_str(),
+    })
 }
 
 pub(super) async fn create_tag(
@@ -85,17 +118,25 @@ pub(super) async fn create_tag(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<CreateTag>,
 ) -> Result<Response, ApiError> {
-    let record = ops::create_tag(
+    let created = ops::create_tag(
         &state,
         ops::CreateTag {
             tag: body.tag,
             max_id: body.max_id,
             step: body.step,
             description: body.description,
+            reset: body.reset,
+            time_zone: body.time_zone,
+            first: body.first,
+            format: body.format,
         },
     )
     .await?;
-    Ok((StatusCode::CREATED, Json(TagJson::new(record, None))).into_response())
+    let body = match created {
+        ops::Created::Plain(record) => Json(TagJson::new(record, None)).into_response(),
+        ops::Created::Business(def) => Json(definition_json(&def)).into_response(),
+    };
+    Ok((StatusCode::CREATED, body).into_response())
 }
 
 #[derive(Deserialize)]

@@ -77,10 +77,19 @@ pub(super) async fn v1_segment(
     state.segment()?;
     ops::parse_tag(&raw)?;
     let batch = p.check(state.max_batch())?;
-    let (tag, ids) = ops::segment_ids(&state, &raw, batch.count).await?;
-    Ok(Json(
-        json!({ "tag": tag.as_str(), "ids": ids_json(&ids, batch.as_string) }),
-    ))
+    if batch.format.is_some() {
+        return Err(ApiError::bad_request(
+            "format is fixed when a segment tag is created (POST /v1/tags), never chosen per \
+             request",
+        ));
+    }
+    // as=number asks for numbers only: a business tag is refused before any ID is taken.
+    let text_ok = batch.as_string != Some(false);
+    let (tag, ids) = match ops::segment_batch(&state, &raw, batch.count, text_ok).await? {
+        (tag, ops::SegmentIds::Numbers(ids)) => (tag, ids_json(&ids, batch.as_string)),
+        (tag, ops::SegmentIds::Text(ids)) => (tag, Value::from(ids)),
+    };
+    Ok(Json(json!({ "tag": tag.as_str(), "ids": ids })))
 }
 
 pub(super) async fn v1_segment_empty(
@@ -137,5 +146,32 @@ pub(super) async fn v1_decode(
         "time": format_utc_ms(d.timestamp_ms),
         "worker_id": d.worker_id,
         "sequence": d.sequence,
+    })))
+}
+
+#[derive(Deserialize)]
+pub(super) struct SegmentDecodeParams {
+    id: Option<String>,
+}
+
+/// The period and value of a business tag's ID (`GET /v1/decode/{tag}?id=ORD20261126000123`).
+pub(super) async fn v1_segment_decode(
+    _: ClientAccess,
+    State(state): State<AppState>,
+    RestPath(raw): RestPath,
+    Params(p): Params<SegmentDecodeParams>,
+) -> Result<Json<Value>, ApiError> {
+    let text =
+        p.id.ok_or_else(|| ApiError::bad_request("the query parameter id is required"))?;
+    let def = ops::business_definition(&state, &raw).await?;
+    let (period, value) = def
+        .decode(&text)
+        .map_err(|e| ApiError::from_core(crate::error::Origin::Other, e))?;
+    Ok(Json(json!({
+        "tag": def.base().as_str(),
+        "id": text,
+        "period": period.map(|p| p.key()),
+        "date": period.map(|p| p.first_day().to_string()),
+        "value": value,
     })))
 }

@@ -1,0 +1,616 @@
+//! Business tags: a base tag whose counter restarts each period, printed by a template.
+//!
+//! A business tag `order` is stored as rows of the tag's own store, under names that a plain
+//! tag can never take (see [`reserved`]):
+//!
+//! - `order@`: the definition. Its description holds the properties
+//!   (`leaf-props:v1 reset=day zone=Asia/Shanghai first=1 format=ORD{date:%Y%m%d}{seq:06}`),
+//!   written once, with the tag, and never changed; its `max_id` is never used.
+//! - `order@20261126` (`order@202611`, `order@2026`; `order@all` for a tag that never restarts):
+//!   one counter per period, created on first use by whichever node needs it first. Creation is
+//!   insert-if-absent, so racing creators share one row and its ranges stay disjoint. Rows are
+//!   never deleted: a deleted row re-created by a late node would hand its numbers out again.
+//!
+//! The base name itself has no row, so a node that does not know business tags answers "not
+//! found" for `order` rather than counting it as a plain tag.
+//!
+//! The period is read from the issuing node's clock, in the tag's zone, when the values are
+//! taken, and travels with them: a value taken at 23:59:59.999 keeps its day whenever it is
+//! printed. Nodes whose clocks straddle midnight count in different rows, and the date is part
+//! of every printed ID, so they cannot print the same ID. Values are unique and increasing
+//! within a node and a period, not gap-free (as Leaf's segments).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use leaf_core::{Clock, Error, NewTag, Result, SegmentStore, Tag, TagRecord};
+use leaf_segment::{SegmentAllocator, SegmentConfig};
+
+use crate::{Period, Reset, Template, Zone};
+
+/// What starts a definition row's description.
+pub const PROPS_PREFIX: &str = "leaf-props:v1 ";
+/// The suffix of the one counter of a tag that never restarts.
+pub const ALL_PERIODS: &str = "all";
+/// How long before a period starts its row is created and its first segment loaded.
+pub const PRELOAD_AHEAD: Duration = Duration::from_secs(30);
+/// A period row's step is at most this share of what its format's width can print, so that
+/// step doubling and preloads on many nodes cannot burn a fixed-width day: 1 / 100.
+pub const STEP_SHARE: i64 = 100;
+/// The least a request waits for a period row's next segment.
+const SWITCH_WAIT: Duration = Duration::from_millis(500);
+/// Bound on remembered unknown base tags (a flood of names costs lookups, never memory).
+const MAX_MISSES: usize = 65_536;
+/// How long a base tag without a definition is remembered as plain.
+const MISS_TTL: Duration = Duration::from_secs(1);
+/// The longest base name: the row names add `@` and up to eight characters, within Leaf's
+/// `biz_tag varchar(128)`.
+pub const MAX_BASE_CHARS: usize = leaf_core::MAX_TAG_CHARS - 9;
+
+/// If `name` has the shape of a business tag's row (`base@`, `base@all`, `base@` and 4, 6 or 8
+/// digits), its base and suffix. Plain tags of this shape are refused at creation.
+pub fn reserved(name: &str) -> Option<(&str, &str)> {
+    let (base, suffix) = name.rsplit_once('@')?;
+    let digits = suffix.bytes().all(|b| b.is_ascii_digit()) && matches!(suffix.len(), 4 | 6 | 8);
+    (suffix.is_empty() || suffix == ALL_PERIODS || digits).then_some((base, suffix))
+}
+
+/// The definition row of `base`: `base@`.
+pub fn definition_tag(base: &Tag) -> Result<Tag> {
+    Tag::new(format!("{base}@"))
+}
+
+/// A business tag's properties, fixed when it is created.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Properties {
+    reset: Option<Reset>,
+    zone: Zone,
+    first: i64,
+    format: Template,
+}
+
+impl Properties {
+    /// Checks and joins the properties as a client gives them: a `format` is required (a
+    /// counter that restarts is meaningless without its date, and a template is what makes a
+    /// tag a business tag), `time_zone` defaults to UTC, `first` to 1.
+    pub fn new(
+        reset: Option<Reset>,
+        time_zone: Option<&str>,
+        first: Option<i64>,
+        format: Option<&str>,
+    ) -> Result<Self> {
+        let Some(format) = format else {
+            return Err(Error::InvalidInput(match reset {
+                Some(r) => format!(
+                    "a tag that restarts each {r} needs a format with its date, such as \
+                     \"ORD{{date:%Y%m%d}}{{seq:06}}\""
+                ),
+                None => "time_zone and first need a format (and a reset to restart)".into(),
+            }));
+        };
+        let zone = match time_zone {
+            Some(name) => Zone::new(name)?,
+            None => Zone::utc(),
+        };
+        let first = first.unwrap_or(1);
+        let format = Template::parse(format, reset)?;
+        format.check_first(first)?;
+        let props = Properties {
+            reset,
+            zone,
+            first,
+            format,
+        };
+        let text = props.to_description();
+        let chars = text.chars().count();
+        if chars > leaf_core::MAX_DESCRIPTION_CHARS {
+            return Err(Error::InvalidInput(format!(
+                "the properties take {chars} characters in the definition row, at most {} fit: \
+                 shorten the format",
+                leaf_core::MAX_DESCRIPTION_CHARS
+            )));
+        }
+        Ok(props)
+    }
+
+    /// How the counter restarts (`None`: never).
+    pub fn reset(&self) -> Option<Reset> {
+        self.reset
+    }
+
+    /// The zone its periods are read in.
+    pub fn zone(&self) -> &Zone {
+        &self.zone
+    }
+
+    /// Each period's first value.
+    pub fn first(&self) -> i64 {
+        self.first
+    }
+
+    /// How its values are printed.
+    pub fn format(&self) -> &Template {
+        &self.format
+    }
+
+    /// The definition row's description; the format comes last, since it may hold any text.
+    pub fn to_description(&self) -> String {
+        let mut s = String::from(PROPS_PREFIX);
+        if let Some(r) = self.reset {
+            s.push_str("reset=");
+            s.push_str(r.as_str());
+            s.push(' ');
+        }
+        s.push_str(&format!(
+            "zone={} first={} format={}",
+            self.zone.name(),
+            self.first,
+            self.format.as_str()
+        ));
+        s
+    }
+
+    /// The properties a definition row's description holds.
+    pub fn from_description(text: &str) -> Result<Self> {
+        let bad = |why: &str| Error::InvalidInput(format!("definition {text:?}: {why}"));
+        let mut rest = text
+            .strip_prefix(PROPS_PREFIX)
+            .ok_or_else(|| bad("not a leaf-props:v1 definition"))?;
+        let (mut reset, mut zone, mut first) = (None, None, None);
+        let format = loop {
+            if let Some(f) = rest.strip_prefix("format=") {
+                break f;
+            }
+            let (pair, tail) = rest.split_once(' ').ok_or_else(|| bad("no format"))?;
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| bad("a field without ="))?;
+            match key {
+                "reset" => reset = Some(value.parse::<Reset>()?),
+                "zone" => zone = Some(value),
+                "first" => first = Some(value.parse::<i64>().map_err(|_| bad("first"))?),
+                _ => return Err(bad(&format!("unknown field {key:?}"))),
+            }
+            rest = tail;
+        };
+        Properties::new(reset, zone, first, Some(format))
+    }
+
+    /// The step of a period row for a tag created with `step`: at most 1/[`STEP_SHARE`] of
+    /// the values the format's width can print (at least 1).
+    pub fn row_step(&self, step: i64) -> i64 {
+        match self.format.max_value() {
+            Some(max) => step.min(((max - self.first + 1) / STEP_SHARE).max(1)),
+            None => step,
+        }
+    }
+
+    /// The period of a value taken at `unix_ms` (`None` for a tag that never restarts).
+    pub fn period_at(&self, unix_ms: i64) -> Result<Option<Period>> {
+        self.reset
+            .map(|r| Period::at(r, &self.zone, unix_ms))
+            .transpose()
+    }
+}
+
+/// A business tag as read from its definition row.
+#[derive(Clone, Debug)]
+pub struct Definition {
+    base: Tag,
+    step: i64,
+    props: Properties,
+}
+
+impl Definition {
+    /// Reads a definition row (`base@`); `None` if the row is not one.
+    pub fn from_record(record: &TagRecord) -> Option<Result<Self>> {
+        let (base, suffix) = reserved(record.tag.as_str())?;
+        if !suffix.is_empty() {
+            return None;
+        }
+        let text = record.description.as_deref().unwrap_or_default();
+        Some(
+            Tag::new(base)
+                .and_then(|base| Ok((base, Properties::from_description(text)?)))
+                .map(|(base, props)| Definition {
+                    base,
+                    step: record.step,
+                    props,
+                }),
+        )
+    }
+
+    /// The base tag.
+    pub fn base(&self) -> &Tag {
+        &self.base
+    }
+
+    /// The step it was created with (each period row's is [`Properties::row_step`] of it).
+    pub fn step(&self) -> i64 {
+        self.step
+    }
+
+    /// Its properties.
+    pub fn props(&self) -> &Properties {
+        &self.props
+    }
+
+    /// The row that counts `period` (`None`: the tag's one counter).
+    pub fn row(&self, period: Option<Period>) -> Result<Tag> {
+        match period {
+            Some(p) => Tag::new(format!("{}@{}", self.base, p.key())),
+            None => Tag::new(format!("{}@{ALL_PERIODS}", self.base)),
+        }
+    }
+
+    /// The row to create for a new business tag.
+    fn new_row(&self) -> Result<NewTag> {
+        Ok(NewTag {
+            tag: definition_tag(&self.base)?,
+            // Never counted from: the periods have rows of their own.
+            max_id: 0,
+            step: self.step,
+            description: Some(self.props.to_description()),
+        })
+    }
+
+    /// `values` of `period` printed by the tag's format; `Exhausted` (and nothing printed)
+    /// if one no longer fits the format's width.
+    pub fn render(&self, period: Option<Period>, values: &[i64]) -> Result<Vec<String>> {
+        let renderer = self.props.format.renderer(period);
+        values.iter().map(|&v| renderer.render(v)).collect()
+    }
+
+    /// The period and value of `text`, an ID this tag printed.
+    pub fn decode(&self, text: &str) -> Result<(Option<Period>, i64)> {
+        let (date, value) = self.props.format.decode(text)?;
+        let period = match (self.props.reset, date) {
+            (Some(r), Some(d)) => Some(Period::of(r, d)),
+            _ => None,
+        };
+        Ok((period, value))
+    }
+}
+
+/// Values taken for one request: their period and how to print them.
+#[derive(Debug)]
+pub struct Issued {
+    /// The period they were taken in.
+    pub period: Option<Period>,
+    /// The values, ascending.
+    pub values: Vec<i64>,
+    /// The values printed by the tag's format, in order.
+    pub ids: Vec<String>,
+}
+
+/// The business tags of one store: definitions (cached; they never change) and one allocator
+/// over the period rows, whose steps never grow past each row's capped step.
+pub struct BusinessTags {
+    store: Arc<dyn SegmentStore>,
+    clock: Arc<dyn Clock>,
+    alloc: SegmentAllocator,
+    defs: RwLock<HashMap<Tag, Arc<Definition>>>,
+    /// Base tags found to have no definition, until when (the clock's monotonic time).
+    misses: Mutex<HashMap<Box<str>, Duration>>,
+    /// Period rows already preloaded.
+    preloaded: Mutex<HashSet<Tag>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl BusinessTags {
+    /// Business tags over `store`, timed by `clock`; `config` is the plain allocator's, whose
+    /// step doubling is turned off for the period rows.
+    pub fn new(store: Arc<dyn SegmentStore>, clock: Arc<dyn Clock>, config: SegmentConfig) -> Self {
+        let config = SegmentConfig {
+            // With max_step 1 no step doubles: each row's stored (capped) step is used as is.
+            max_step: 1,
+            // Capped steps are small: a request waits for the next segment rather than fail.
+            switch_wait: config.switch_wait.max(SWITCH_WAIT),
+            ..config
+        };
+        BusinessTags {
+            alloc: SegmentAllocator::new(Arc::clone(&store), Arc::clone(&clock), config),
+            store,
+            clock,
+            defs: RwLock::default(),
+            misses: Mutex::default(),
+            preloaded: Mutex::default(),
+        }
+    }
+
+    /// Business tags beside a plain allocator, on its store and clock.
+    pub fn beside(plain: &SegmentAllocator) -> Self {
+        Self::new(
+            Arc::clone(plain.store()),
+            Arc::clone(plain.clock()),
+            plain.config().clone(),
+        )
+    }
+
+    /// The allocator of the period rows (its snapshot shows them).
+    pub fn allocator(&self) -> &SegmentAllocator {
+        &self.alloc
+    }
+
+    /// Creates `base` with `props` and `step` (its definition row), refusing a base that is
+    /// a plain tag already or has a reserved shape; `AlreadyExists` if it exists.
+    pub async fn create(
+        &self,
+        base: &Tag,
+        step: i64,
+        props: Properties,
+    ) -> Result<Arc<Definition>> {
+        check_base(base)?;
+        leaf_core::validate_step(step)?;
+        if self.store.get(base).await?.is_some() {
+            return Err(Error::AlreadyExists(format!(
+                "tag {base} exists as a plain tag: a business tag needs a name of its own"
+            )));
+        }
+        let def = Definition {
+            base: base.clone(),
+            step,
+            props,
+        };
+        self.store.create(&def.new_row()?).await?;
+        let def = Arc::new(def);
+        self.remember(Arc::clone(&def));
+        tracing::info!(tag = %base, definition = %def.props.to_description(), "business tag created");
+        Ok(def)
+    }
+
+    fn remember(&self, def: Arc<Definition>) {
+        lock(&self.misses).remove(def.base.as_str());
+        self.defs
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(def.base.clone(), def);
+    }
+
+    /// Whether `base` is known here as a business tag (no I/O: the hot path of plain tags).
+    pub fn is_known(&self, base: &str) -> bool {
+        let defs = self.defs.read().unwrap_or_else(PoisonError::into_inner);
+        !defs.is_empty() && defs.contains_key(base)
+    }
+
+    /// The definition of `base`, read from the store the first time; `None` for a tag that
+    /// has none (remembered for a second).
+    pub async fn definition(&self, base: &str) -> Result<Option<Arc<Definition>>> {
+        if let Some(d) = self
+            .defs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(base)
+        {
+            return Ok(Some(Arc::clone(d)));
+        }
+        let now = self.clock.monotonic();
+        if lock(&self.misses)
+            .get(base)
+            .is_some_and(|until| now < *until)
+        {
+            return Ok(None);
+        }
+        let Ok(tag) = Tag::new(base) else {
+            return Ok(None);
+        };
+        let Ok(row) = definition_tag(&tag) else {
+            return Ok(None);
+        };
+        let Some(record) = self.store.get(&row).await? else {
+            let mut misses = lock(&self.misses);
+            if misses.len() >= MAX_MISSES {
+                misses.clear();
+            }
+            misses.insert(base.into(), now + MISS_TTL);
+            return Ok(None);
+        };
+        let def =
+            Arc::new(Definition::from_record(&record).unwrap_or_else(|| {
+                Err(Error::InvalidInput(format!("{row} is not a definition")))
+            })?);
+        self.remember(Arc::clone(&def));
+        Ok(Some(def))
+    }
+
+    /// Reads every definition of the store (start-up and the periodic refresh).
+    pub async fn refresh(&self) -> Result<usize> {
+        let mut n = 0;
+        for record in self.store.list().await? {
+            match Definition::from_record(&record) {
+                Some(Ok(def)) => {
+                    self.remember(Arc::new(def));
+                    n += 1;
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(tag = %record.tag, error = %e, "unreadable business tag definition")
+                }
+                None => {}
+            }
+        }
+        Ok(n)
+    }
+
+    /// `n` (at least 1) IDs of `def`, taken in the period the clock is in now and printed.
+    /// A value past the format's width is `Exhausted` (see [`take`](Self::take) to tell it
+    /// from the store's errors).
+    pub async fn next(&self, def: &Definition, n: usize) -> Result<Issued> {
+        let (period, values) = self.take(def, n).await?;
+        let ids = def.render(period, &values)?;
+        Ok(Issued {
+            period,
+            values,
+            ids,
+        })
+    }
+
+    /// `n` (at least 1) values of `def`, taken in the period the clock is in now; print them
+    /// with [`Definition::render`].
+    pub async fn take(&self, def: &Definition, n: usize) -> Result<(Option<Period>, Vec<i64>)> {
+        let now = self.clock.now_ms() as i64;
+        let period = def.props.period_at(now)?;
+        let row = def.row(period)?;
+        let values = match self.alloc.next_ids(row.as_str(), n).await {
+            Err(Error::NotFound(_)) => {
+                self.ensure_row(def, &row).await?;
+                self.alloc.next_ids(row.as_str(), n).await?
+            }
+            r => r?,
+        };
+        self.preload(def, period, now);
+        Ok((period, values))
+    }
+
+    /// Creates `row` if absent, with the tag's first value and capped step.
+    async fn ensure_row(&self, def: &Definition, row: &Tag) -> Result<()> {
+        ensure_row(self.store.as_ref(), def, row).await?;
+        self.alloc.forget_miss(row.as_str());
+        Ok(())
+    }
+
+    /// Shortly before the next period starts, creates its row and loads its first segment, so
+    /// that the first request after midnight does not wait for the store.
+    fn preload(&self, def: &Definition, period: Option<Period>, now_ms: i64) {
+        let Some(period) = period else { return };
+        let ahead = now_ms.saturating_add(PRELOAD_AHEAD.as_millis() as i64);
+        let Ok(Some(next)) = def.props.period_at(ahead) else {
+            return;
+        };
+        if next == period {
+            return;
+        }
+        let Ok(row) = def.row(Some(next)) else { return };
+        if !lock(&self.preloaded).insert(row.clone()) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, alloc, def) = (
+            Arc::clone(&self.store),
+            self.alloc.clone(),
+            Definition::clone(def),
+        );
+        handle.spawn(async move {
+            match ensure_row(store.as_ref(), &def, &row).await {
+                Ok(()) => {
+                    alloc.forget_miss(row.as_str());
+                    alloc.warm(vec![row]);
+                }
+                Err(e) => tracing::warn!(row = %row, error = %e, "cannot preload the next period"),
+            }
+        });
+    }
+}
+
+/// Creates `row` if absent; a row created meanwhile by another node is fine (its ranges are
+/// allocated like any other).
+async fn ensure_row(store: &dyn SegmentStore, def: &Definition, row: &Tag) -> Result<()> {
+    let new = NewTag {
+        tag: row.clone(),
+        max_id: def.props.first,
+        step: def.props.row_step(def.step),
+        description: Some(format!("period of {}", def.base)),
+    };
+    match store.create(&new).await {
+        Ok(_) => {
+            tracing::info!(row = %row, step = new.step, "period row created");
+            Ok(())
+        }
+        Err(Error::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Refuses base names that cannot be a business tag's.
+fn check_base(base: &Tag) -> Result<()> {
+    let chars = base.as_str().chars().count();
+    if chars > MAX_BASE_CHARS {
+        return Err(Error::InvalidInput(format!(
+            "a business tag has at most {MAX_BASE_CHARS} characters (its rows add up to 9), got \
+             {chars}"
+        )));
+    }
+    if base.as_str().contains('@') {
+        return Err(Error::InvalidInput(format!(
+            "tag {base}: a business tag's name has no '@' (its rows' names use it)"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a plain tag whose name has the shape of a business tag's row.
+pub fn check_plain(tag: &Tag) -> Result<()> {
+    match reserved(tag.as_str()) {
+        Some(_) => Err(Error::InvalidInput(format!(
+            "tag {tag}: names ending in '@', '@all' or '@' and 4, 6 or 8 digits are reserved for \
+             business tags' rows"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// One entry of a store's listing with business tags grouped: a plain row, or a business
+/// tag's definition with its period rows under it (oldest first).
+#[derive(Clone, Debug)]
+pub struct Grouped {
+    /// The row: a plain tag's, or a business tag's definition row (`base@`).
+    pub record: TagRecord,
+    /// The definition, for a business tag.
+    pub definition: Option<Definition>,
+    /// A business tag's period rows.
+    pub periods: Vec<TagRecord>,
+}
+
+/// `rows` (a store's listing) with each business tag's period rows under its definition, so
+/// that a listing shows base tags, not one row per day forever. A period row whose definition
+/// is missing or unreadable stays at the top level, as a plain row would.
+pub fn group_rows(rows: Vec<TagRecord>) -> Vec<Grouped> {
+    let mut out: Vec<Grouped> = Vec::with_capacity(rows.len());
+    let mut by_base: HashMap<String, usize> = HashMap::new();
+    let mut periods: Vec<(String, TagRecord)> = Vec::new();
+    for record in rows {
+        match reserved(record.tag.as_str()).map(|(b, s)| (b.to_owned(), s.is_empty())) {
+            Some((base, true)) => match Definition::from_record(&record) {
+                Some(Ok(def)) => {
+                    by_base.insert(base, out.len());
+                    out.push(Grouped {
+                        record,
+                        definition: Some(def),
+                        periods: Vec::new(),
+                    });
+                }
+                _ => out.push(Grouped {
+                    record,
+                    definition: None,
+                    periods: Vec::new(),
+                }),
+            },
+            Some((base, false)) => periods.push((base, record)),
+            None => out.push(Grouped {
+                record,
+                definition: None,
+                periods: Vec::new(),
+            }),
+        }
+    }
+    for (base, record) in periods {
+        match by_base.get(&base) {
+            Some(&i) => out[i].periods.push(record),
+            None => out.push(Grouped {
+                record,
+                definition: None,
+                periods: Vec::new(),
+            }),
+        }
+    }
+    out.sort_by(|a, b| a.record.tag.cmp(&b.record.tag));
+    for g in &mut out {
+        g.periods.sort_by(|a, b| a.tag.cmp(&b.tag));
+    }
+    out
+}
