@@ -42,20 +42,6 @@ pub(crate) enum SegmentIds {
     Text(Vec<String>),
 }
 
-/// `count` segment IDs of `raw_tag`, ascending, counted in the metrics; numbers only (a
-/// business tag is refused before anything is taken). The checks run in the HTTP routes'
-/// order: the mode, the tag, the count.
-pub(crate) async fn segment_ids(
-    state: &AppState,
-    raw_tag: &str,
-    count: u64,
-) -> Result<(Tag, Vec<i64>), ApiError> {
-    match segment_batch(state, raw_tag, count, false).await? {
-        (tag, SegmentIds::Numbers(ids)) => Ok((tag, ids)),
-        (tag, SegmentIds::Text(_)) => Err(text_only(&tag)),
-    }
-}
-
 fn text_only(tag: &Tag) -> ApiError {
     ApiError::bad_request(format!(
         "tag {tag} is a business tag whose IDs are text: they cannot be numbers (as=number, \
@@ -111,6 +97,30 @@ pub(crate) async fn segment_batch(
     })?;
     state.metrics().segment_issued(&tag, ids.len() as u64);
     Ok((tag, SegmentIds::Text(ids)))
+}
+
+/// `raw_tag` checked as a plain tag's name: valid, not of a business row's shape, and not a
+/// business tag's (`refused` says why that one is refused).
+pub(crate) async fn plain_tag(
+    state: &AppState,
+    raw_tag: &str,
+    refused: &str,
+) -> Result<Tag, ApiError> {
+    let tag = parse_tag(raw_tag)?;
+    let seg = |e| ApiError::from_core(Origin::Segment, e);
+    check_plain(&tag).map_err(seg)?;
+    if state
+        .business()?
+        .definition(tag.as_str())
+        .await
+        .map_err(seg)?
+        .is_some()
+    {
+        return Err(ApiError::bad_request(format!(
+            "tag {tag} is a business tag: {refused}"
+        )));
+    }
+    Ok(tag)
 }
 
 /// The definition of the business tag `raw_tag`; 404 (Leaf's -2) when it is not one.
@@ -244,7 +254,12 @@ pub(crate) async fn allocate(
     family: Family,
 ) -> Result<Allocation, ApiError> {
     let allocator = state.segment()?;
-    let tag = parse_tag(raw_tag)?;
+    let tag = plain_tag(
+        state,
+        raw_tag,
+        "leaf-client leases plain tags only; ask GET /v1/segment/{tag} for its IDs",
+    )
+    .await?;
     let step = check_step(step, allocator.config().max_step, shown_step)?;
     let a = allocator
         .store()
@@ -313,22 +328,6 @@ pub(crate) fn parse_snowflake(
 ) -> Result<i64, ApiError> {
     form.parse(text, state.layout())
         .map_err(|e| ApiError::from_core(Origin::Other, e))
-}
-
-/// Every stored row, with this server's cache of the tag when it holds one.
-pub(crate) async fn list_tags(
-    state: &AppState,
-) -> Result<Vec<(TagRecord, Option<TagSnapshot>)>, ApiError> {
-    let allocator = state.segment()?;
-    let rows = stored_rows(allocator).await?;
-    let mut snapshots = allocator.snapshot();
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            let cache = take_snapshot(&mut snapshots, &r.tag);
-            (r, cache)
-        })
-        .collect())
 }
 
 async fn stored_rows(allocator: &SegmentAllocator) -> Result<Vec<TagRecord>, ApiError> {
@@ -477,6 +476,12 @@ pub(crate) async fn update_tag(
 ) -> Result<TagRecord, ApiError> {
     let allocator = state.segment()?;
     let tag = Tag::new(raw_tag).map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    plain_tag(
+        state,
+        raw_tag,
+        "its properties and its rows' steps never change (a different numbering is a new tag)",
+    )
+    .await?;
     update
         .validate()
         .map_err(|e| ApiError::from_core(Origin::Other, e))?;

@@ -2489,6 +2489,34 @@ async fn bad_business_tags_are_400_and_store_nothing() {
     assert_eq!(post_tag(&f.app, ORDER).await.status, 201);
     post_tag(&f.app, r#"{"tag":"order"}"#).await.error(409, 409);
     post_tag(&f.app, ORDER).await.error(409, 409);
+    // Its properties and its rows never change, and leasing clients get plain tags only.
+    get(&f.app, "/api/segment/get/order").await;
+    for tag in ["order", "order@", "order@20261127"] {
+        let uri = format!("/v1/tags/{tag}");
+        let r = send(
+            &f.app,
+            Method::PATCH,
+            &uri,
+            LOCAL,
+            JSON,
+            Some(r#"{"step":9}"#),
+        )
+        .await;
+        r.error(400, 400);
+    }
+    for tag in ["order", "order@", "order@20261127"] {
+        let uri = format!("/v1/segment/{tag}/allocate");
+        send(&f.app, Method::POST, &uri, LOCAL, &[], None)
+            .await
+            .error(400, 400);
+    }
+    let row = f
+        .store
+        .get(&leaf_core::Tag::new("order@20261127").unwrap())
+        .await
+        .unwrap()
+        .expect("today's row");
+    assert_eq!((row.step, row.max_id), (100, 101), "untouched");
 }
 
 #[tokio::test]

@@ -1021,3 +1021,103 @@ async fn an_http2_peer_that_answers_no_ping_is_closed() {
     .await;
     assert!(closed.is_ok(), "still open 8 s after a 1 s keep-alive");
 }
+
+#[tokio::test]
+async fn business_tags_are_created_listed_and_answered_as_formatted_ids() {
+    let s = start(config()).await;
+    let mut admin = AdminClient::new(s.channel().await);
+    let created = admin
+        .create_tag(pb::CreateTagRequest {
+            tag: "order".into(),
+            step: Some(100),
+            reset: Some("day".into()),
+            time_zone: Some("Asia/Shanghai".into()),
+            format: Some("ORD{date:%Y%m%d}{seq:06}".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(created.tag, "order");
+    let props = created.business.expect("a business tag's properties");
+    assert_eq!(props.reset.as_deref(), Some("day"));
+    assert_eq!(
+        (props.time_zone.as_str(), props.first),
+        ("Asia/Shanghai", 1)
+    );
+
+    let mut segment = SegmentClient::new(s.channel().await);
+    let got = segment
+        .next_segment_ids(seg("order", 3))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(got.ids.is_empty(), "{got:?}");
+    assert_eq!(got.formatted_ids.len(), 3, "{got:?}");
+    let day = &got.formatted_ids[0][3..11];
+    let expected: Vec<String> = (1..=3).map(|n| format!("ORD{day}{n:06}")).collect();
+    assert_eq!(got.formatted_ids, expected);
+    // Plain tags answer numbers as before, with no formatted_ids.
+    let plain = segment
+        .next_segment_ids(seg("t", 2))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((plain.ids.len(), plain.formatted_ids.len()), (2, 0));
+
+    // Streams and leases carry numbers only: a business tag is refused before any ID is taken.
+    let e = segment
+        .stream_segment_ids(pb::StreamSegmentIdsRequest {
+            tag: "order".into(),
+            count: 10,
+            chunk: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let e = segment
+        .allocate_segment(pb::AllocateSegmentRequest {
+            tag: "order".into(),
+            step: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    let next = segment
+        .next_segment_ids(seg("order", 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(next.formatted_ids, [format!("ORD{day}000004")]);
+
+    let list = admin
+        .list_tags(pb::ListTagsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let names: Vec<&str> = list.tags.iter().map(|t| t.tag.as_str()).collect();
+    assert!(names.iter().all(|n| !n.contains('@')), "{names:?}");
+    let order = list.tags.iter().find(|t| t.tag == "order").expect("order");
+    assert!(order.business.is_some());
+    let periods: Vec<&str> = order.periods.iter().map(|p| p.tag.as_str()).collect();
+    // (Within 30 s of midnight in Shanghai the next day's row is there too, preloaded.)
+    let today = format!("order@{day}");
+    assert!(periods.contains(&today.as_str()), "{order:?}");
+    assert!(periods.iter().all(|p| p.starts_with("order@")), "{order:?}");
+    let row = order.periods.iter().find(|p| p.tag == today).unwrap();
+    assert!(row.cache.as_ref().is_some_and(|c| c.initialized), "{row:?}");
+
+    // A bad zone is INVALID_ARGUMENT, nothing created.
+    let e = admin
+        .create_tag(pb::CreateTagRequest {
+            tag: "bad".into(),
+            reset: Some("day".into()),
+            time_zone: Some("Mars/Olympus".into()),
+            format: Some("B{date:%Y%m%d}{seq}".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("Mars/Olympus"), "{e}");
+}

@@ -3,6 +3,7 @@
 
 use axum::extract::ConnectInfo;
 use leaf_core::{TagRecord, TagUpdate, format_utc_ms};
+use leaf_format::Definition;
 use leaf_segment::TagSnapshot;
 use tonic::service::Routes;
 use tonic::{Request, Response, Status};
@@ -69,10 +70,20 @@ impl Segment for Rpc {
     ) -> Result<Response<NextSegmentIdsResponse>, Status> {
         auth::client(&self.state, &req)?;
         let r = req.into_inner();
-        let (_, ids) = ops::segment_ids(&self.state, &r.tag, u64::from(r.count))
+        let answer = match ops::segment_batch(&self.state, &r.tag, u64::from(r.count), true)
             .await
-            .map_err(status)?;
-        Ok(Response::new(NextSegmentIdsResponse { ids }))
+            .map_err(status)?
+        {
+            (_, ops::SegmentIds::Numbers(ids)) => NextSegmentIdsResponse {
+                ids,
+                formatted_ids: Vec::new(),
+            },
+            (_, ops::SegmentIds::Text(formatted_ids)) => NextSegmentIdsResponse {
+                ids: Vec::new(),
+                formatted_ids,
+            },
+        };
+        Ok(Response::new(answer))
     }
 
     type StreamSegmentIdsStream = IdStream<StreamSegmentIdsResponse>;
@@ -85,7 +96,13 @@ impl Segment for Rpc {
         let r = req.into_inner();
         // The HTTP order: the mode, the tag, the count.
         self.state.segment().map_err(status)?;
-        let tag = ops::parse_tag(&r.tag).map_err(status)?;
+        let tag = ops::plain_tag(
+            &self.state,
+            &r.tag,
+            "its IDs are text, which streams do not carry",
+        )
+        .await
+        .map_err(status)?;
         let plan = stream::plan(&self.state, r.count, r.chunk).map_err(status)?;
         let state = self.state.clone();
         let take = move |n| {
@@ -203,22 +220,18 @@ impl Admin for Rpc {
                 max_id: r.max_id,
                 step: r.step,
                 description: r.description,
-                // Business tags' properties are not in the gRPC API yet: over HTTP only.
-                reset: None,
-                time_zone: None,
-                first: None,
-                format: None,
+                reset: r.reset,
+                time_zone: r.time_zone,
+                first: r.first,
+                format: r.format,
             },
         )
         .await
         .map_err(status)?;
-        match row {
-            ops::Created::Plain(row) => Ok(Response::new(tag_message(row, None))),
-            ops::Created::Business(def) => Err(Status::internal(format!(
-                "tag {} was created as a business tag, which no gRPC field asked for",
-                def.base()
-            ))),
-        }
+        Ok(Response::new(match row {
+            ops::Created::Plain(row) => tag_message(row, None),
+            ops::Created::Business(def) => business_message(&def, Vec::new()),
+        }))
     }
 
     async fn update_tag(&self, req: Request<UpdateTagRequest>) -> Result<Response<Tag>, Status> {
@@ -239,13 +252,39 @@ impl Admin for Rpc {
         req: Request<ListTagsRequest>,
     ) -> Result<Response<ListTagsResponse>, Status> {
         auth::admin(&self.state, &req)?;
-        let tags = ops::list_tags(&self.state)
+        let tags = ops::list_grouped(&self.state)
             .await
             .map_err(status)?
             .into_iter()
-            .map(|(row, cache)| tag_message(row, cache.as_ref()))
+            .map(|t| match &t.group.definition {
+                None => tag_message(t.group.record, t.cache.as_ref()),
+                Some(def) => {
+                    let periods = (t.group.periods.into_iter())
+                        .zip(t.period_caches)
+                        .map(|(p, cache)| tag_message(p, cache.as_ref()))
+                        .collect();
+                    business_message(def, periods)
+                }
+            })
             .collect();
         Ok(Response::new(ListTagsResponse { tags }))
+    }
+}
+
+/// A business tag as the gRPC API shows it.
+fn business_message(def: &Definition, periods: Vec<Tag>) -> Tag {
+    let p = def.props();
+    Tag {
+        tag: def.base().as_str().to_owned(),
+        step: def.step(),
+        business: Some(BusinessProperties {
+            reset: p.reset().map(|r| r.as_str().to_owned()),
+            time_zone: p.zone().name().to_owned(),
+            first: p.first(),
+            format: p.format().as_str().to_owned(),
+        }),
+        periods,
+        ..Tag::default()
     }
 }
 
@@ -256,6 +295,8 @@ fn tag_message(r: TagRecord, cache: Option<&TagSnapshot>) -> Tag {
         step: r.step,
         description: r.description,
         updated_at_ms: r.updated_at_ms,
+        business: None,
+        periods: Vec::new(),
         cache: cache.map(|s| TagCache {
             initialized: s.initialized,
             buffers: s

@@ -13,6 +13,11 @@ pub struct NextSegmentIdsResponse {
     /// The IDs, ascending.
     #[prost(int64, repeated, tag = "1")]
     pub ids: ::prost::alloc::vec::Vec<i64>,
+    /// The IDs of a business tag (one created with a `format`), as its format prints them
+    /// (ORD20261126000042), in order; `ids` is then empty. A client that predates this field sees
+    /// an empty `ids` for such a tag, never a misread number.
+    #[prost(string, repeated, tag = "2")]
+    pub formatted_ids: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct StreamSegmentIdsRequest {
@@ -137,6 +142,20 @@ pub struct CreateTagRequest {
     /// Up to 256 characters.
     #[prost(string, optional, tag = "4")]
     pub description: ::core::option::Option<::prost::alloc::string::String>,
+    /// A business tag: set `format` (and, if it restarts, `reset`), as `POST /v1/tags` takes
+    /// them. `day`, `month` or `year`; unset: the count never restarts.
+    #[prost(string, optional, tag = "5")]
+    pub reset: ::core::option::Option<::prost::alloc::string::String>,
+    /// The IANA zone its periods are read in; unset: UTC.
+    #[prost(string, optional, tag = "6")]
+    pub time_zone: ::core::option::Option<::prost::alloc::string::String>,
+    /// Each period's first value; unset: 1.
+    #[prost(int64, optional, tag = "7")]
+    pub first: ::core::option::Option<i64>,
+    /// How its IDs are printed (`ORD{date:%Y%m%d}{seq:06}`); any of fields 5 to 8 makes a
+    /// business tag, which takes neither `max_id` nor `description`.
+    #[prost(string, optional, tag = "8")]
+    pub format: ::core::option::Option<::prost::alloc::string::String>,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct UpdateTagRequest {
@@ -179,6 +198,29 @@ pub struct Tag {
     /// This server's cache of the tag (ListTags only, and only for a tag it holds).
     #[prost(message, optional, tag = "6")]
     pub cache: ::core::option::Option<TagCache>,
+    /// A business tag's properties (then `tag` is its name, `step` the step it was created
+    /// with, and `max_id` 0: its counts are its `periods`).
+    #[prost(message, optional, tag = "7")]
+    pub business: ::core::option::Option<BusinessProperties>,
+    /// A business tag's period rows (`order@20261127`), oldest first (ListTags only).
+    #[prost(message, repeated, tag = "8")]
+    pub periods: ::prost::alloc::vec::Vec<Tag>,
+}
+/// What a business tag was created with; fixed for its life.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct BusinessProperties {
+    /// `day`, `month` or `year`; unset: it never restarts.
+    #[prost(string, optional, tag = "1")]
+    pub reset: ::core::option::Option<::prost::alloc::string::String>,
+    /// The IANA zone of its periods.
+    #[prost(string, tag = "2")]
+    pub time_zone: ::prost::alloc::string::String,
+    /// Each period's first value.
+    #[prost(int64, tag = "3")]
+    pub first: i64,
+    /// The template that prints its IDs.
+    #[prost(string, tag = "4")]
+    pub format: ::prost::alloc::string::String,
 }
 /// What this server holds of a tag in memory (the `/cache` page's row).
 #[derive(Clone, PartialEq, ::prost::Message)]
