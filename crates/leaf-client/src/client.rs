@@ -6,6 +6,7 @@ use std::sync::Arc;
 use hyper::Method;
 use hyper::body::Bytes;
 use leaf_core::{Clock, DecodedId, Error, Result};
+use leaf_format::BusinessTags;
 use leaf_segment::{SegmentAllocator, SegmentConfig};
 use serde::Deserialize;
 
@@ -28,6 +29,7 @@ struct Inner {
     transport: Arc<Transport>,
     store: HttpStore,
     segment: SegmentAllocator,
+    business: BusinessTags,
 }
 
 #[derive(Deserialize)]
@@ -51,12 +53,14 @@ impl LeafClient {
     pub(crate) fn new(config: ClientConfig, segment: SegmentConfig, clock: Arc<dyn Clock>) -> Self {
         let transport = Arc::new(Transport::new(&config, clock.clone()));
         let store = HttpStore::new(transport.clone());
+        let business = BusinessTags::new(Arc::new(store.clone()), clock.clone(), segment.clone());
         let segment = SegmentAllocator::new(Arc::new(store.clone()), clock, segment);
         LeafClient {
             inner: Arc::new(Inner {
                 transport,
                 store,
                 segment,
+                business,
             }),
         }
     }
@@ -67,6 +71,27 @@ impl LeafClient {
     /// the rate as on a server. A tag is looked up on the servers at its first use.
     pub fn segment(&self) -> &SegmentAllocator {
         &self.inner.segment
+    }
+
+    /// `n` (at least 1) IDs of the business tag `tag` (one created with a `format`), as its
+    /// format prints them (`ORD20261127000001`), from leased ranges of its period rows, in the
+    /// period this client's clock is in (in the tag's zone). The tag's definition is read from
+    /// the servers once; a period's row is created by the server the client reads it from,
+    /// which accepts periods within one of its own clock's. A value past a fixed width is
+    /// `Exhausted`, never a wider ID.
+    pub async fn business_ids(&self, tag: &str, n: usize) -> Result<Vec<String>> {
+        let business = &self.inner.business;
+        let def = business
+            .definition(tag)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("business tag {tag}")))?;
+        Ok(business.next(&def, n).await?.ids)
+    }
+
+    /// The business tags in this process ([`business_ids`](Self::business_ids) uses them):
+    /// definitions, and the allocator of the period rows' leases.
+    pub fn business(&self) -> &BusinessTags {
+        &self.inner.business
     }
 
     /// The store behind [`segment`](Self::segment); with the admin token it also creates,

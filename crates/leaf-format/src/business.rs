@@ -27,7 +27,7 @@ use std::time::Duration;
 use leaf_core::{Clock, Error, NewTag, Result, SegmentStore, Tag, TagRecord};
 use leaf_segment::{SegmentAllocator, SegmentConfig};
 
-use crate::{Period, Reset, Template, Zone};
+use crate::{Period, Renderer, Reset, Template, Zone};
 
 /// What starts a definition row's description.
 pub const PROPS_PREFIX: &str = "leaf-props:v1 ";
@@ -255,13 +255,6 @@ impl Definition {
         })
     }
 
-    /// `values` of `period` printed by the tag's format; `Exhausted` (and nothing printed)
-    /// if one no longer fits the format's width.
-    pub fn render(&self, period: Option<Period>, values: &[i64]) -> Result<Vec<String>> {
-        let renderer = self.props.format.renderer(period);
-        values.iter().map(|&v| renderer.render(v)).collect()
-    }
-
     /// The period and value of `text`, an ID this tag printed.
     pub fn decode(&self, text: &str) -> Result<(Option<Period>, i64)> {
         let (date, value) = self.props.format.decode(text)?;
@@ -295,6 +288,91 @@ pub struct BusinessTags {
     misses: Mutex<HashMap<Box<str>, Duration>>,
     /// Period rows already preloaded.
     preloaded: Mutex<HashSet<Tag>>,
+    /// Per base tag, what it counts in now.
+    currents: Mutex<HashMap<Tag, Arc<Current>>>,
+}
+
+/// A business tag's period as of late: its row and printer, and when it holds.
+#[derive(Debug)]
+struct Current {
+    period: Option<Period>,
+    row: Tag,
+    renderer: Renderer,
+    /// Its start and end (exclusive), Unix milliseconds.
+    from_ms: i64,
+    until_ms: i64,
+}
+
+/// Values taken for a business tag, and how to print them.
+#[derive(Debug)]
+pub struct Taken {
+    /// The values, ascending.
+    pub values: Vec<i64>,
+    current: Arc<Current>,
+}
+
+impl Taken {
+    /// The period they were taken in.
+    pub fn period(&self) -> Option<Period> {
+        self.current.period
+    }
+
+    /// The values printed, in order; `Exhausted` (and nothing printed) if one no longer fits
+    /// the format's width.
+    pub fn render(&self) -> Result<Vec<String>> {
+        self.values
+            .iter()
+            .map(|&v| self.current.renderer.render(v))
+            .collect()
+    }
+
+    /// The values printed into one buffer (one allocation for a batch); as [`render`](Self::render).
+    pub fn render_joined(&self) -> Result<Joined> {
+        let mut joined = Joined {
+            text: String::with_capacity(self.values.len() * 24),
+            ends: Vec::with_capacity(self.values.len()),
+        };
+        for &v in &self.values {
+            self.current.renderer.render_into(v, &mut joined.text)?;
+            joined.ends.push(joined.text.len());
+        }
+        Ok(joined)
+    }
+}
+
+/// IDs printed one after another into one buffer.
+#[derive(Clone, Debug, Default)]
+pub struct Joined {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Joined {
+    /// The IDs, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(a, &b)| &self.text[a..b])
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+}
+
+impl std::fmt::Debug for BusinessTags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let defs = self.defs.read().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("BusinessTags")
+            .field("store", &self.store.kind())
+            .field("definitions", &defs.len())
+            .finish_non_exhaustive()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -319,6 +397,7 @@ impl BusinessTags {
             defs: RwLock::default(),
             misses: Mutex::default(),
             preloaded: Mutex::default(),
+            currents: Mutex::default(),
         }
     }
 
@@ -439,30 +518,111 @@ impl BusinessTags {
     /// A value past the format's width is `Exhausted` (see [`take`](Self::take) to tell it
     /// from the store's errors).
     pub async fn next(&self, def: &Definition, n: usize) -> Result<Issued> {
-        let (period, values) = self.take(def, n).await?;
-        let ids = def.render(period, &values)?;
+        let taken = self.take(def, n).await?;
+        let ids = taken.render()?;
         Ok(Issued {
-            period,
-            values,
+            period: taken.period(),
+            values: taken.values,
             ids,
         })
     }
 
-    /// `n` (at least 1) values of `def`, taken in the period the clock is in now; print them
-    /// with [`Definition::render`].
-    pub async fn take(&self, def: &Definition, n: usize) -> Result<(Option<Period>, Vec<i64>)> {
+    /// `n` (at least 1) values of `def`, taken in the period the clock is in now, to be printed
+    /// by [`Taken::render`] or [`Taken::render_joined`] (whose only error is a value past the
+    /// format's width).
+    pub async fn take(&self, def: &Definition, n: usize) -> Result<Taken> {
         let now = self.clock.now_ms() as i64;
-        let period = def.props.period_at(now)?;
-        let row = def.row(period)?;
-        let values = match self.alloc.next_ids(row.as_str(), n).await {
+        let current = self.current(def, now)?;
+        let row = current.row.as_str();
+        let take = || async {
+            if n == 1 {
+                // The allocator's lock-free path, as a plain tag's single IDs take.
+                self.alloc.next_id(row).await.map(|v| vec![v])
+            } else {
+                self.alloc.next_ids(row, n).await
+            }
+        };
+        let values = match take().await {
             Err(Error::NotFound(_)) => {
-                self.ensure_row(def, &row).await?;
-                self.alloc.next_ids(row.as_str(), n).await?
+                self.ensure_row(def, &current.row).await?;
+                take().await?
             }
             r => r?,
         };
-        self.preload(def, period, now);
-        Ok((period, values))
+        if current.until_ms.saturating_sub(now) <= PRELOAD_AHEAD.as_millis() as i64 {
+            self.preload(def, current.period);
+        }
+        Ok(Taken { values, current })
+    }
+
+    /// What `def` counts in at `now_ms`: the period, its row and its printer, computed once per
+    /// period (no time-zone arithmetic, no allocation on the way of each request).
+    fn current(&self, def: &Definition, now_ms: i64) -> Result<Arc<Current>> {
+        if let Some(c) = lock(&self.currents).get(&def.base)
+            && (c.from_ms..c.until_ms).contains(&now_ms)
+        {
+            return Ok(Arc::clone(c));
+        }
+        let period = def.props.period_at(now_ms)?;
+        let (from_ms, until_ms) = match period {
+            Some(p) => (
+                p.start_ms(&def.props.zone)?,
+                p.next().start_ms(&def.props.zone)?,
+            ),
+            None => (i64::MIN, i64::MAX),
+        };
+        let current = Arc::new(Current {
+            period,
+            row: def.row(period)?,
+            renderer: def.props.format.renderer(period),
+            from_ms,
+            until_ms,
+        });
+        let mut currents = lock(&self.currents);
+        if currents.len() >= MAX_MISSES {
+            currents.clear();
+        }
+        currents.insert(def.base.clone(), Arc::clone(&current));
+        Ok(current)
+    }
+
+    /// For a period row of a business tag (`order@20261127`, `ticket@all`) whose period is
+    /// within one period of the clock's now (in the tag's zone): creates it if absent, as a node would
+    /// on first use, and gives the definition. `None` for a name that is no business tag's row
+    /// (a plain tag, a definition row, a row whose base has no definition); `InvalidInput` for a
+    /// period the tag cannot have or too far from now (a leasing client's clock gone astray must
+    /// not create rows for years ahead).
+    pub async fn ensure_period(&self, row: &Tag) -> Result<Option<Arc<Definition>>> {
+        let now_ms = self.clock.now_ms() as i64;
+        let Some((base, suffix)) = reserved(row.as_str()) else {
+            return Ok(None);
+        };
+        if suffix.is_empty() {
+            return Ok(None);
+        }
+        let Some(def) = self.definition(base).await? else {
+            return Ok(None);
+        };
+        let period = match def.props.reset {
+            None if suffix == ALL_PERIODS => None,
+            None => {
+                return Err(Error::InvalidInput(format!(
+                    "tag {base} never restarts: its one row is {base}@{ALL_PERIODS}"
+                )));
+            }
+            Some(reset) => Some(Period::from_key(reset, suffix)?),
+        };
+        if let (Some(p), Some(now)) = (period, def.props.period_at(now_ms)?) {
+            let before = def.props.period_at(now.start_ms(&def.props.zone)? - 1)?;
+            if p != now && Some(p) != before && p != now.next() {
+                return Err(Error::InvalidInput(format!(
+                    "period {p} of tag {base} is not within one period of this server's clock \
+                     ({now})"
+                )));
+            }
+        }
+        self.ensure_row(&def, row).await?;
+        Ok(Some(def))
     }
 
     /// Creates `row` if absent, with the tag's first value and capped step.
@@ -474,16 +634,11 @@ impl BusinessTags {
 
     /// Shortly before the next period starts, creates its row and loads its first segment, so
     /// that the first request after midnight does not wait for the store.
-    fn preload(&self, def: &Definition, period: Option<Period>, now_ms: i64) {
+    fn preload(&self, def: &Definition, period: Option<Period>) {
         let Some(period) = period else { return };
-        let ahead = now_ms.saturating_add(PRELOAD_AHEAD.as_millis() as i64);
-        let Ok(Some(next)) = def.props.period_at(ahead) else {
+        let Ok(row) = def.row(Some(period.next())) else {
             return;
         };
-        if next == period {
-            return;
-        }
-        let Ok(row) = def.row(Some(next)) else { return };
         if !lock(&self.preloaded).insert(row.clone()) {
             return;
         }
@@ -496,13 +651,13 @@ impl BusinessTags {
             Definition::clone(def),
         );
         handle.spawn(async move {
-            match ensure_row(store.as_ref(), &def, &row).await {
-                Ok(()) => {
-                    alloc.forget_miss(row.as_str());
-                    alloc.warm(vec![row]);
-                }
-                Err(e) => tracing::warn!(row = %row, error = %e, "cannot preload the next period"),
+            // A store that cannot create rows here (a leasing client without the admin token)
+            // may still load it: the server creates a period row a client reads.
+            if let Err(e) = ensure_row(store.as_ref(), &def, &row).await {
+                tracing::debug!(row = %row, error = %e, "the next period's row was not created here");
             }
+            alloc.forget_miss(row.as_str());
+            alloc.warm(vec![row]);
         });
     }
 }

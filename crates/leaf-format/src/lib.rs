@@ -8,8 +8,8 @@ mod snowflake;
 mod template;
 
 pub use business::{
-    ALL_PERIODS, BusinessTags, Definition, Grouped, Issued, MAX_BASE_CHARS, PRELOAD_AHEAD,
-    PROPS_PREFIX, Properties, STEP_SHARE, check_plain, definition_tag, group_rows, reserved,
+    ALL_PERIODS, BusinessTags, Definition, Grouped, Issued, Joined, MAX_BASE_CHARS, PRELOAD_AHEAD,
+    PROPS_PREFIX, Properties, STEP_SHARE, Taken, check_plain, definition_tag, group_rows, reserved,
 };
 pub use period::{Period, Reset, Zone};
 pub use radix::Radix;

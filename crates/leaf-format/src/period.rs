@@ -137,6 +137,14 @@ impl Period {
         }
     }
 
+    /// When it starts in `zone`, Unix milliseconds: the first instant of its first day there.
+    pub fn start_ms(self, zone: &Zone) -> Result<i64> {
+        let start = self.first_day.to_zoned(zone.tz.clone()).map_err(|e| {
+            Error::InvalidInput(format!("the start of {self} in {}: {e}", zone.name))
+        })?;
+        Ok(start.timestamp().as_millisecond())
+    }
+
     /// How it restarts.
     pub fn reset(self) -> Reset {
         self.reset

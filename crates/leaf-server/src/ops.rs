@@ -7,7 +7,9 @@
 use leaf_core::{Allocation, DecodedId, NewTag, Tag, TagRecord, TagUpdate};
 use std::sync::Arc;
 
-use leaf_format::{Definition, Grouped, Properties, Reset, SnowflakeForm, check_plain, group_rows};
+use leaf_format::{
+    Definition, Grouped, Joined, Properties, Reset, SnowflakeForm, check_plain, group_rows,
+};
 use leaf_segment::{SegmentAllocator, TagSnapshot};
 
 use crate::error::{ApiError, Origin};
@@ -38,8 +40,8 @@ pub(crate) fn parse_tag(raw: &str) -> Result<Tag, ApiError> {
 pub(crate) enum SegmentIds {
     /// A plain tag's.
     Numbers(Vec<i64>),
-    /// A business tag's (issue 27).
-    Text(Vec<String>),
+    /// A business tag's (issue 27), printed into one buffer.
+    Text(Joined),
 }
 
 fn text_only(tag: &Tag) -> ApiError {
@@ -88,8 +90,8 @@ pub(crate) async fn segment_batch(
     if !text_ok {
         return Err(text_only(&tag));
     }
-    let (period, values) = business.take(&def, count).await.map_err(seg)?;
-    let ids = def.render(period, &values).map_err(|e| {
+    let taken = business.take(&def, count).await.map_err(seg)?;
+    let ids = taken.render_joined().map_err(|e| {
         state.metrics().format_overflow(&tag);
         let mut answer = ApiError::from_core(Origin::Segment, e);
         answer.code = crate::error::CODE_FORMAT_OVERFLOW;
@@ -97,6 +99,21 @@ pub(crate) async fn segment_batch(
     })?;
     state.metrics().segment_issued(&tag, ids.len() as u64);
     Ok((tag, SegmentIds::Text(ids)))
+}
+
+/// If `tag` is a business tag's period row within one period of this server's clock: its
+/// definition, the row created if absent (insert-if-absent, the definition's first value and
+/// capped step), so that a leasing client without the admin token counts in it (`leaf-client`
+/// reads the row, then allocates from it). A period out of that window is a 400.
+async fn period_row(state: &AppState, tag: &Tag) -> Result<Option<Arc<Definition>>, ApiError> {
+    match leaf_format::reserved(tag.as_str()) {
+        Some((_, suffix)) if !suffix.is_empty() => state
+            .business()?
+            .ensure_period(tag)
+            .await
+            .map_err(|e| ApiError::from_core(Origin::Segment, e)),
+        _ => Ok(None),
+    }
 }
 
 /// `raw_tag` checked as a plain tag's name: valid, not of a business row's shape, and not a
@@ -144,7 +161,7 @@ pub(crate) async fn business_definition(
 pub(crate) async fn segment_id_text(state: &AppState, raw_tag: &str) -> Result<String, ApiError> {
     match segment_batch(state, raw_tag, 1, true).await? {
         (_, SegmentIds::Numbers(ids)) => one(ids).map(|id| id.to_string()),
-        (_, SegmentIds::Text(ids)) => ids.into_iter().next().ok_or_else(|| {
+        (_, SegmentIds::Text(ids)) => ids.iter().next().map(str::to_owned).ok_or_else(|| {
             ApiError::new(
                 axum::http::StatusCode::INTERNAL_SERVER_ERROR,
                 "internal error: a batch of one held no ID",
@@ -254,13 +271,25 @@ pub(crate) async fn allocate(
     family: Family,
 ) -> Result<Allocation, ApiError> {
     let allocator = state.segment()?;
-    let tag = plain_tag(
-        state,
-        raw_tag,
-        "leaf-client leases plain tags only; ask GET /v1/segment/{tag} for its IDs",
-    )
-    .await?;
+    let tag = parse_tag(raw_tag)?;
     let step = check_step(step, allocator.config().max_step, shown_step)?;
+    let step = match period_row(state, &tag).await? {
+        // A business tag's period row, leased by leaf-client: at most the row's capped step.
+        Some(def) => {
+            let cap = def.props().row_step(def.step());
+            Some(step.map_or(cap, |s| s.min(cap)))
+        }
+        None => {
+            plain_tag(
+                state,
+                raw_tag,
+                "leases are of its period rows (tag@20261127), as leaf-client's business tags \
+                 take them",
+            )
+            .await?;
+            step
+        }
+    };
     let a = allocator
         .store()
         .allocate(&tag, step)
@@ -276,6 +305,7 @@ pub(crate) async fn allocate(
 pub(crate) async fn get_tag(state: &AppState, raw_tag: &str) -> Result<TagRecord, ApiError> {
     let allocator = state.segment()?;
     let tag = parse_tag(raw_tag)?;
+    period_row(state, &tag).await?;
     allocator
         .store()
         .get(&tag)

@@ -2504,19 +2504,59 @@ async fn bad_business_tags_are_400_and_store_nothing() {
         .await;
         r.error(400, 400);
     }
-    for tag in ["order", "order@", "order@20261127"] {
-        let uri = format!("/v1/segment/{tag}/allocate");
-        send(&f.app, Method::POST, &uri, LOCAL, &[], None)
+    let row = |name: &'static str| {
+        let store = f.store.clone();
+        async move {
+            store
+                .get(&leaf_core::Tag::new(name).unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        row("order@20261127").await.map(|r| (r.step, r.max_id)),
+        Some((100, 101)),
+        "untouched"
+    );
+    // Leases are of period rows (leaf-client's business tags), never of the base or the
+    // definition, and never past the row's capped step.
+    let allocate = |tag: &str, step: &str| {
+        let (app, uri) = (
+            f.app.clone(),
+            format!("/v1/segment/{tag}/allocate?step={step}"),
+        );
+        async move { send(&app, Method::POST, &uri, LOCAL, &[], None).await }
+    };
+    for tag in ["order", "order@"] {
+        allocate(tag, "10").await.error(400, 400);
+    }
+    let a = allocate("order@20261127", "100000").await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.json()["used_step"], 100, "capped at the row's step");
+    assert_eq!(a.json()["max_id"], 201);
+    // A period within one of the server's clock is created on first use, as a node would.
+    assert!(row("order@20261128").await.is_none());
+    let r = get(&f.app, "/v1/tags/order@20261128").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        (r.json()["max_id"].as_i64(), r.json()["step"].as_i64()),
+        (Some(1), Some(100))
+    );
+    let a = allocate("order@20261126", "10").await;
+    assert_eq!(a.status, 200, "the day before: {}", a.text());
+    // Farther, or not a period of this tag: 400, nothing created.
+    for tag in [
+        "order@20261130",
+        "order@20261120",
+        "order@202611",
+        "order@all",
+    ] {
+        allocate(tag, "10").await.error(400, 400);
+        get(&f.app, &format!("/v1/tags/{tag}"))
             .await
             .error(400, 400);
     }
-    let row = f
-        .store
-        .get(&leaf_core::Tag::new("order@20261127").unwrap())
-        .await
-        .unwrap()
-        .expect("today's row");
-    assert_eq!((row.step, row.max_id), (100, 101), "untouched");
+    assert!(row("order@20261130").await.is_none());
 }
 
 #[tokio::test]

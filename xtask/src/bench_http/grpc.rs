@@ -9,7 +9,8 @@
 //! over gRPC.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -19,16 +20,16 @@ use super::server::{Server, server_command};
 use super::{CONNECTIONS, SEGMENT};
 
 /// One run of `leaf-loadgen`.
-struct Run {
-    requests_per_s: f64,
-    ids_per_s: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    p999_ms: f64,
-    errors: u64,
+pub(super) struct Run {
+    pub(super) requests_per_s: f64,
+    pub(super) ids_per_s: f64,
+    pub(super) p50_ms: f64,
+    pub(super) p99_ms: f64,
+    pub(super) p999_ms: f64,
+    pub(super) errors: u64,
 }
 
-fn loadgen(binary: &Path, addr: &str, args: &[&str], seconds: u64) -> Result<Run> {
+pub(super) fn loadgen(binary: &Path, addr: &str, args: &[&str], seconds: u64) -> Result<Run> {
     eprintln!("xtask: == leaf-loadgen {addr} {}", args.join(" "));
     let out = Command::new(binary)
         .arg(addr)
@@ -60,7 +61,16 @@ fn loadgen(binary: &Path, addr: &str, args: &[&str], seconds: u64) -> Result<Run
     Ok(run)
 }
 
-pub(super) fn compare_grpc(root: &Path, seconds: u64) -> Result<()> {
+/// The release `leaf-server`, segment mode only, started for the run `run`, and the path of
+/// `leaf-loadgen`, both built first.
+pub(super) struct Session {
+    pub(super) server: Server,
+    pub(super) dir: PathBuf,
+    pub(super) addr: SocketAddr,
+    pub(super) loadgen: PathBuf,
+}
+
+pub(super) fn segment_session(root: &Path, run: &str) -> Result<Session> {
     crate::cargo(
         root,
         "build leaf-server and leaf-loadgen",
@@ -74,10 +84,38 @@ pub(super) fn compare_grpc(root: &Path, seconds: u64) -> Result<()> {
         ],
     )?;
     let release = crate::bench::target_dir(root).join("release");
-    let (server_bin, loadgen_bin) = (release.join("leaf-server"), release.join("leaf-loadgen"));
-    let (mut cmd, dir, addr) = server_command(&server_bin, "grpc")?;
+    let (server_bin, loadgen) = (release.join("leaf-server"), release.join("leaf-loadgen"));
+    let (mut cmd, dir, addr) = server_command(&server_bin, run)?;
     cmd.env("LEAF_SNOWFLAKE__ENABLED", "false");
-    let (mut server, _) = Server::start(&mut cmd, "leaf-server", addr, &[SEGMENT])?;
+    let (server, _) = Server::start(&mut cmd, "leaf-server", addr, &[SEGMENT])?;
+    Ok(Session {
+        server,
+        dir,
+        addr,
+        loadgen,
+    })
+}
+
+/// The table of `results`.
+pub(super) fn print_runs(results: &[(&str, Run)]) {
+    println!();
+    println!("| what | calls/s | IDs/s | p50 ms | p99 ms | p99.9 ms | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (name, r) in results {
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {} |",
+            r.requests_per_s, r.ids_per_s, r.p50_ms, r.p99_ms, r.p999_ms, r.errors
+        );
+    }
+}
+
+pub(super) fn compare_grpc(root: &Path, seconds: u64) -> Result<()> {
+    let Session {
+        mut server,
+        dir,
+        addr,
+        loadgen: loadgen_bin,
+    } = segment_session(root, "grpc")?;
     let a = addr.to_string();
     // A warm-up that grows the tag's dynamic step, so that no measured run pays for the
     // first small segments.
@@ -129,15 +167,7 @@ pub(super) fn compare_grpc(root: &Path, seconds: u64) -> Result<()> {
     }
     drop(bare);
 
-    println!();
-    println!("| what | calls/s | IDs/s | p50 ms | p99 ms | p99.9 ms | errors |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    for (name, r) in &results {
-        println!(
-            "| {name} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {} |",
-            r.requests_per_s, r.ids_per_s, r.p50_ms, r.p99_ms, r.p999_ms, r.errors
-        );
-    }
+    print_runs(&results);
     let ids = |i: usize| results[i].1.ids_per_s;
     println!();
     println!(

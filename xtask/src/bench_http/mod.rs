@@ -21,9 +21,13 @@
 //! `cargo xtask bench-http --grpc`: the gRPC API against the HTTP routes on one server, both
 //! driven by `leaf-loadgen` (`xtask/loadgen`) with the same connections and concurrency
 //! (`oha` is not needed for it).
+//!
+//! `cargo xtask bench-http --formatted`: a business tag's formatted IDs beside a plain tag's
+//! on one server, by `leaf-loadgen` as well (`formatted.rs`).
 
 mod compare;
 mod default_run;
+mod formatted;
 mod grpc;
 mod oha;
 mod server;
@@ -47,13 +51,14 @@ const BATCH: &str = "/v1/segment/leaf-segment-test?count=1000";
 const SNOWFLAKE_BATCH: &str = "/v1/snowflake?count=10000";
 
 /// `bench-http [SECONDS] [--store sqlite|mysql|postgres|redis|etcd]... [--snowflake-load
-/// [--server PATH]] [--grpc]`.
+/// [--server PATH]] [--grpc] [--formatted]`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 10;
     let mut stores: Vec<String> = Vec::new();
     let mut snowflake_load = false;
     let mut server: Option<PathBuf> = None;
     let mut grpc = false;
+    let mut formatted = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -66,6 +71,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             }
             "--snowflake-load" => snowflake_load = true,
             "--grpc" => grpc = true,
+            "--formatted" => formatted = true,
             "--server" => {
                 server = Some(
                     it.next()
@@ -85,6 +91,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     }
     if grpc {
         return grpc::compare_grpc(root, seconds);
+    }
+    if formatted {
+        return formatted::compare_formatted(root, seconds);
     }
     if Command::new("oha").arg("--version").output().is_err() {
         bail!("oha is not installed: cargo install oha --locked");

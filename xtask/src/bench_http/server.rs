@@ -74,11 +74,29 @@ pub(super) fn free_addr() -> Result<SocketAddr> {
 
 /// One HTTP/1.1 GET with `Connection: close`: (status, body).
 pub(super) fn get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
+    request(addr, "GET", path, None)
+}
+
+/// One HTTP/1.1 request with `Connection: close` and an optional JSON body: (status, body).
+pub(super) fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    json: Option<&str>,
+) -> Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let body = json.unwrap_or_default();
+    let headers = match json {
+        Some(b) => format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        ),
+        None => String::new(),
+    };
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n{body}"
     )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;

@@ -148,6 +148,16 @@ impl Server {
         get(self.port, path).await
     }
 
+    /// `POST path` of a JSON `body` with the admin token.
+    pub(crate) async fn post_admin(&self, path: &str, body: &str) -> (u16, String) {
+        let auth = format!("Bearer {ADMIN_TOKEN}");
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Authorization", auth.as_str()),
+        ];
+        request(self.port, "POST", path, &headers, body).await
+    }
+
     /// The value of the Prometheus `sample` (its name and labels, as written); 0 if absent.
     pub(crate) async fn metric(&self, sample: &str) -> f64 {
         let (status, text) = self.get("/metrics").await;
@@ -174,10 +184,29 @@ impl Drop for Server {
 
 /// A minimal HTTP/1.1 `GET` on loopback, one request per connection.
 pub(crate) async fn get(port: u16, path: &str) -> (u16, String) {
+    request(port, "GET", path, &[], "").await
+}
+
+/// A minimal HTTP/1.1 request on loopback with `headers` and `body`, one per connection.
+pub(crate) async fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap_or_else(|e| panic!("connect {port}: {e}"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    let headers: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
     s.write_all(request.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut raw))

@@ -3,9 +3,10 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use leaf_core::format_utc_ms;
-use leaf_format::SnowflakeForm;
-use serde::Deserialize;
+use leaf_format::{Joined, SnowflakeForm};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{Params, RestPath, parse_id};
@@ -67,12 +68,24 @@ fn ids_json(ids: &[i64], as_string: Option<bool>) -> Value {
     }
 }
 
+/// A business tag's answer, `{"ids": [..], "tag": ".."}` as `json!` writes a plain tag's.
+#[derive(Serialize)]
+struct TextIds<'a> {
+    #[serde(serialize_with = "joined")]
+    ids: &'a Joined,
+    tag: &'a str,
+}
+
+fn joined<S: serde::Serializer>(ids: &&Joined, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(ids.iter())
+}
+
 pub(super) async fn v1_segment(
     _: ClientAccess,
     State(state): State<AppState>,
     RestPath(raw): RestPath,
     Params(p): Params<BatchParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     // The mode's and the tag's errors come before the count's, as they always did.
     state.segment()?;
     ops::parse_tag(&raw)?;
@@ -85,11 +98,20 @@ pub(super) async fn v1_segment(
     }
     // as=number asks for numbers only: a business tag is refused before any ID is taken.
     let text_ok = batch.as_string != Some(false);
-    let (tag, ids) = match ops::segment_batch(&state, &raw, batch.count, text_ok).await? {
-        (tag, ops::SegmentIds::Numbers(ids)) => (tag, ids_json(&ids, batch.as_string)),
-        (tag, ops::SegmentIds::Text(ids)) => (tag, Value::from(ids)),
+    let answer = match ops::segment_batch(&state, &raw, batch.count, text_ok).await? {
+        (tag, ops::SegmentIds::Numbers(ids)) => {
+            json!({ "tag": tag.as_str(), "ids": ids_json(&ids, batch.as_string) })
+        }
+        // Written straight from the printed buffer, in the same shape.
+        (tag, ops::SegmentIds::Text(ids)) => {
+            return Ok(Json(TextIds {
+                ids: &ids,
+                tag: tag.as_str(),
+            })
+            .into_response());
+        }
     };
-    Ok(Json(json!({ "tag": tag.as_str(), "ids": ids })))
+    Ok(Json(answer).into_response())
 }
 
 pub(super) async fn v1_segment_empty(

@@ -78,9 +78,9 @@ impl Segment for Rpc {
                 ids,
                 formatted_ids: Vec::new(),
             },
-            (_, ops::SegmentIds::Text(formatted_ids)) => NextSegmentIdsResponse {
+            (_, ops::SegmentIds::Text(joined)) => NextSegmentIdsResponse {
                 ids: Vec::new(),
-                formatted_ids,
+                formatted_ids: joined.iter().map(str::to_owned).collect(),
             },
         };
         Ok(Response::new(answer))
