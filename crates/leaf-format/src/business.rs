@@ -31,6 +31,9 @@ use crate::{Period, Renderer, Reset, Template, Zone};
 
 /// What starts a definition row's description.
 pub const PROPS_PREFIX: &str = "leaf-props:v1 ";
+/// What starts the description of a business tag's claim on its base name (the base's own
+/// row, with no ID left).
+pub const CLAIM_PREFIX: &str = "leaf-business: counted in ";
 /// The suffix of the one counter of a tag that never restarts.
 pub const ALL_PERIODS: &str = "all";
 /// How long before a period starts its row is created and its first segment loaded.
@@ -54,6 +57,15 @@ pub fn reserved(name: &str) -> Option<(&str, &str)> {
     let (base, suffix) = name.rsplit_once('@')?;
     let digits = suffix.bytes().all(|b| b.is_ascii_digit()) && matches!(suffix.len(), 4 | 6 | 8);
     (suffix.is_empty() || suffix == ALL_PERIODS || digits).then_some((base, suffix))
+}
+
+/// Whether `record` is a business tag's claim on its base name.
+pub fn is_claim(record: &TagRecord) -> bool {
+    record.max_id == i64::MAX
+        && record
+            .description
+            .as_deref()
+            .is_some_and(|d| d.starts_with(CLAIM_PREFIX))
 }
 
 /// The definition row of `base`: `base@`.
@@ -181,7 +193,10 @@ impl Properties {
     /// the values the format's width can print (at least 1).
     pub fn row_step(&self, step: i64) -> i64 {
         match self.format.max_value() {
-            Some(max) => step.min(((max - self.first + 1) / STEP_SHARE).max(1)),
+            Some(max) => {
+                let share = (i128::from(max) - i128::from(self.first) + 1) / i128::from(STEP_SHARE);
+                step.min(i64::try_from(share).unwrap_or(i64::MAX).max(1))
+            }
             None => step,
         }
     }
@@ -210,6 +225,10 @@ impl Definition {
             return None;
         }
         let text = record.description.as_deref().unwrap_or_default();
+        if !text.starts_with(PROPS_PREFIX) {
+            // A plain tag of that shape, from before business tags.
+            return None;
+        }
         Some(
             Tag::new(base)
                 .and_then(|base| Ok((base, Properties::from_description(text)?)))
@@ -425,16 +444,33 @@ impl BusinessTags {
     ) -> Result<Arc<Definition>> {
         check_base(base)?;
         leaf_core::validate_step(step)?;
-        if self.store.get(base).await?.is_some() {
-            return Err(Error::AlreadyExists(format!(
-                "tag {base} exists as a plain tag: a business tag needs a name of its own"
-            )));
-        }
         let def = Definition {
             base: base.clone(),
             step,
             props,
         };
+        // The name is claimed first, in one atomic step: the base's own row, insert-if-absent,
+        // with no ID left (`max_id` at `i64::MAX`). A plain creation of the name then fails on
+        // it, and a node that knows no business tags (an older one, Java Leaf) answers it
+        // "exhausted", never a number.
+        let claim = NewTag {
+            tag: base.clone(),
+            max_id: i64::MAX,
+            step: 1,
+            description: Some(format!("{CLAIM_PREFIX}{base}@")),
+        };
+        match self.store.create(&claim).await {
+            Ok(_) => {}
+            // A claim without a definition is a creation cut short: finish it.
+            Err(Error::AlreadyExists(_))
+                if self.store.get(base).await?.is_some_and(|r| is_claim(&r)) => {}
+            Err(Error::AlreadyExists(_)) => {
+                return Err(Error::AlreadyExists(format!(
+                    "tag {base} exists as a plain tag: a business tag needs a name of its own"
+                )));
+            }
+            Err(e) => return Err(e),
+        }
         self.store.create(&def.new_row()?).await?;
         let def = Arc::new(def);
         self.remember(Arc::clone(&def));
@@ -454,6 +490,15 @@ impl BusinessTags {
     pub fn is_known(&self, base: &str) -> bool {
         let defs = self.defs.read().unwrap_or_else(PoisonError::into_inner);
         !defs.is_empty() && defs.contains_key(base)
+    }
+
+    /// Whether the row `name` belongs to a business tag known here: its claim, definition or
+    /// a period row (no I/O).
+    pub fn owns(&self, name: &str) -> bool {
+        match reserved(name) {
+            Some((base, _)) => self.is_known(base),
+            None => self.is_known(name),
+        }
     }
 
     /// The definition of `base`, read from the store the first time; `None` for a tag that
@@ -488,15 +533,23 @@ impl BusinessTags {
             misses.insert(base.into(), now + MISS_TTL);
             return Ok(None);
         };
-        let def =
-            Arc::new(Definition::from_record(&record).unwrap_or_else(|| {
-                Err(Error::InvalidInput(format!("{row} is not a definition")))
-            })?);
+        let def = match Definition::from_record(&record) {
+            None => return Ok(None),
+            Some(Ok(def)) => Arc::new(def),
+            // Bad data in the store, not the caller's mistake.
+            Some(Err(e)) => {
+                tracing::error!(row = %row, error = %e, "an unreadable business tag definition");
+                return Err(Error::Config(format!(
+                    "the definition of business tag {tag} cannot be read"
+                )));
+            }
+        };
         self.remember(Arc::clone(&def));
         Ok(Some(def))
     }
 
-    /// Reads every definition of the store (start-up and the periodic refresh).
+    /// Reads every definition of the store (the server calls it at start-up; each is also read
+    /// at its first use).
     pub async fn refresh(&self) -> Result<usize> {
         let mut n = 0;
         for record in self.store.list().await? {
@@ -728,7 +781,12 @@ pub fn group_rows(rows: Vec<TagRecord>) -> Vec<Grouped> {
     let mut out: Vec<Grouped> = Vec::with_capacity(rows.len());
     let mut by_base: HashMap<String, usize> = HashMap::new();
     let mut periods: Vec<(String, TagRecord)> = Vec::new();
+    let mut claims: Vec<TagRecord> = Vec::new();
     for record in rows {
+        if is_claim(&record) {
+            claims.push(record);
+            continue;
+        }
         match reserved(record.tag.as_str()).map(|(b, s)| (b.to_owned(), s.is_empty())) {
             Some((base, true)) => match Definition::from_record(&record) {
                 Some(Ok(def)) => {
@@ -751,6 +809,16 @@ pub fn group_rows(rows: Vec<TagRecord>) -> Vec<Grouped> {
                 definition: None,
                 periods: Vec::new(),
             }),
+        }
+    }
+    // A claim is shown with its tag; one without a definition (a creation cut short) alone.
+    for record in claims {
+        if !by_base.contains_key(record.tag.as_str()) {
+            out.push(Grouped {
+                record,
+                definition: None,
+                periods: Vec::new(),
+            });
         }
     }
     for (base, record) in periods {

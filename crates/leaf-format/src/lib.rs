@@ -8,8 +8,9 @@ mod snowflake;
 mod template;
 
 pub use business::{
-    ALL_PERIODS, BusinessTags, Definition, Grouped, Issued, Joined, MAX_BASE_CHARS, PRELOAD_AHEAD,
-    PROPS_PREFIX, Properties, STEP_SHARE, Taken, check_plain, definition_tag, group_rows, reserved,
+    ALL_PERIODS, BusinessTags, CLAIM_PREFIX, Definition, Grouped, Issued, Joined, MAX_BASE_CHARS,
+    PRELOAD_AHEAD, PROPS_PREFIX, Properties, STEP_SHARE, Taken, check_plain, definition_tag,
+    group_rows, is_claim, reserved,
 };
 pub use period::{Period, Reset, Zone};
 pub use radix::Radix;

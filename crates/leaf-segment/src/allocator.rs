@@ -35,7 +35,7 @@ const MAX_MISSES: usize = 65_536;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Which rows of the store's listing are an allocator's tags.
-type Keep = fn(&str) -> bool;
+type Keep = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// A by-name request: the allocator and the tag it names.
 #[derive(Clone, Copy)]
@@ -150,12 +150,12 @@ impl SegmentAllocator {
     /// refresh): rows that other code counts in the same store (business tags' periods) stay
     /// out of the cache, the snapshots and the metrics. A row left out still answers when asked
     /// for by name.
-    pub fn with_listing_filter(self, keep: Keep) -> Self {
+    pub fn with_listing_filter(self, keep: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
         *self
             .inner
             .listed
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = Some(keep);
+            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(keep));
         self
     }
 
@@ -485,7 +485,11 @@ impl Inner {
             );
             return Ok(());
         }
-        let keep = *self.listed.read().unwrap_or_else(PoisonError::into_inner);
+        let keep = self
+            .listed
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         if let Some(keep) = keep {
             listed.retain(|t| keep(t.as_str()));
         }

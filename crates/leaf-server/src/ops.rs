@@ -60,7 +60,7 @@ pub(crate) async fn segment_batch(
 ) -> Result<(Tag, SegmentIds), ApiError> {
     let allocator = state.segment()?;
     let tag = parse_tag(raw_tag)?;
-    check_plain(&tag).map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+    refuse_business_row(state, &tag).await?;
     let count = check_count(count, state.max_batch())?;
     let business = state.business()?;
     let seg = |e| ApiError::from_core(Origin::Segment, e);
@@ -69,14 +69,15 @@ pub(crate) async fn segment_batch(
     if !business.is_known(tag.as_str()) {
         match take_plain(state, allocator, &tag, count).await {
             Ok(ids) => return Ok((tag, SegmentIds::Numbers(ids))),
-            Err(leaf_core::Error::NotFound(what)) => {
+            // No row (a business tag created before 'claims'), or its claim: no ID left.
+            Err(e @ (leaf_core::Error::NotFound(_) | leaf_core::Error::Exhausted(_))) => {
                 if business
                     .definition(tag.as_str())
                     .await
                     .map_err(seg)?
                     .is_none()
                 {
-                    return Err(seg(leaf_core::Error::NotFound(what)));
+                    return Err(seg(e));
                 }
             }
             Err(e) => return Err(seg(e)),
@@ -99,6 +100,26 @@ pub(crate) async fn segment_batch(
     })?;
     state.metrics().segment_issued(&tag, ids.len() as u64);
     Ok((tag, SegmentIds::Text(ids)))
+}
+
+/// A 400 for a row of a business tag (`order@`, `order@20261127`): IDs are asked of the base
+/// tag. A plain tag of that shape from before business tags (its base has no definition) is
+/// served as ever.
+async fn refuse_business_row(state: &AppState, tag: &Tag) -> Result<(), ApiError> {
+    let Some((base, _)) = leaf_format::reserved(tag.as_str()) else {
+        return Ok(());
+    };
+    let def = state
+        .business()?
+        .definition(base)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+    match def {
+        Some(_) => Err(ApiError::bad_request(format!(
+            "tag {tag} is a row of the business tag {base}: ask for {base}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// If `tag` is a business tag's period row within one period of this server's clock: its
@@ -125,7 +146,7 @@ pub(crate) async fn plain_tag(
 ) -> Result<Tag, ApiError> {
     let tag = parse_tag(raw_tag)?;
     let seg = |e| ApiError::from_core(Origin::Segment, e);
-    check_plain(&tag).map_err(seg)?;
+    refuse_business_row(state, &tag).await?;
     if state
         .business()?
         .definition(tag.as_str())

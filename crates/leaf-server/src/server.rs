@@ -182,6 +182,15 @@ impl Running {
     }
 }
 
+/// Reads the business tags' definitions, so that the plain cache leaves their rows out from
+/// the first refresh; a failure only delays that (each is read at its first use anyway).
+async fn read_business_tags(service: &SegmentService) {
+    match service.business().refresh().await {
+        Ok(n) => tracing::info!(business_tags = n, "business tags read"),
+        Err(e) => tracing::warn!(error = %e, "the business tags could not be read yet"),
+    }
+}
+
 async fn start_segment(
     config: &Config,
     clock: &Arc<dyn Clock>,
@@ -194,9 +203,7 @@ async fn start_segment(
     tracing::info!(store = store.kind(), "segment store configured");
     let allocator =
         SegmentAllocator::new(store, Arc::clone(clock), config.segment.allocator_config())
-            .with_observer(Arc::new(LoadMetrics(Arc::clone(metrics))))
-            // Business tags' rows are counted by their own allocator (`SegmentService`).
-            .with_listing_filter(|name| leaf_format::reserved(name).is_none());
+            .with_observer(Arc::new(LoadMetrics(Arc::clone(metrics))));
     let warm_tags = warm::read(warm_file);
     let first = match seed(allocator.store().as_ref(), &seeds).await {
         Ok(()) => allocator.init().await,
@@ -205,6 +212,7 @@ async fn start_segment(
     match first {
         Ok(()) => {
             let service = SegmentService::ready(allocator.clone());
+            read_business_tags(&service).await;
             tasks.push(allocator.spawn_refresher());
             if !warm_tags.is_empty() {
                 tracing::info!(
@@ -230,6 +238,7 @@ async fn start_segment(
                     };
                     match started {
                         Ok(()) => {
+                            read_business_tags(&s).await;
                             s.mark_ready();
                             tracing::info!("segment mode started");
                             // The refresher lives as long as this task; both end at shutdown.

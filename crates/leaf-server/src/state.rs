@@ -246,8 +246,13 @@ impl SegmentService {
     }
 
     fn with_reason(allocator: SegmentAllocator, reason: String) -> Self {
+        let business = Arc::new(BusinessTags::beside(&allocator));
+        // Business tags' rows (and their bases' claims) are counted by their own allocator:
+        // the plain cache leaves out those of the tags known here.
+        let known = Arc::clone(&business);
+        let allocator = allocator.with_listing_filter(move |name| !known.owns(name));
         SegmentService {
-            business: Arc::new(BusinessTags::beside(&allocator)),
+            business,
             allocator,
             ready: Arc::new(AtomicBool::new(false)),
             reason: Arc::new(Mutex::new(reason)),

@@ -77,6 +77,8 @@ struct Setup {
     clock: Option<ManualClock>,
     /// The segment allocator's clock (the system's if none): business tags read periods off it.
     segment_clock: Option<ManualClock>,
+    /// The store (a fresh one with the test tags if none): another node's, to share it.
+    store: Option<Arc<MemoryStore>>,
     generator: SnowflakeConfig,
 }
 
@@ -92,6 +94,7 @@ impl Default for Setup {
             prev_mark_ms: None,
             clock: None,
             segment_clock: None,
+            store: None,
             generator: SnowflakeConfig::default(),
         }
     }
@@ -99,10 +102,12 @@ impl Default for Setup {
 
 impl Setup {
     async fn build(self) -> Fixture {
-        let store = Arc::new(MemoryStore::with_tags([
-            ("t", 10),
-            ("leaf-segment-test", 2000),
-        ]));
+        let store = self.store.clone().unwrap_or_else(|| {
+            Arc::new(MemoryStore::with_tags([
+                ("t", 10),
+                ("leaf-segment-test", 2000),
+            ]))
+        });
         let metrics = Arc::new(Metrics::new());
         let segment = if self.segment {
             let clock: Arc<dyn Clock> = match &self.segment_clock {
@@ -110,8 +115,7 @@ impl Setup {
                 None => Arc::new(SystemClock::new()),
             };
             let allocator =
-                SegmentAllocator::new(store.clone(), clock, self.config.segment.allocator_config())
-                    .with_listing_filter(|name| leaf_format::reserved(name).is_none());
+                SegmentAllocator::new(store.clone(), clock, self.config.segment.allocator_config());
             allocator.init().await.unwrap();
             Some(SegmentService::ready(allocator))
         } else {
@@ -2605,4 +2609,76 @@ async fn listings_show_business_tags_with_their_periods_under_them() {
     let db = get(&f.app, "/db").await.text();
     assert!(db.contains("↳ order@20261127"), "{db}");
     assert!(db.contains(">order<"), "{db}");
+}
+
+#[tokio::test]
+async fn a_business_tag_claims_its_name_on_every_node_and_before_it() {
+    let (a, clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS).await;
+    let b = Setup {
+        segment_clock: Some(clock.clone()),
+        store: Some(a.store.clone()),
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    // Node B asks first: nothing yet, and it remembers so for a second.
+    get(&b.app, "/api/segment/get/order").await.error(404, -2);
+    let r = post_tag(&a.app, r#"{"tag":"order","step":10,"format":"O{seq}"}"#).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    // Node B, still remembering no definition, cannot make a plain tag of the name: the
+    // business tag claimed it in the store, with no ID left.
+    post_tag(&b.app, r#"{"tag":"order"}"#).await.error(409, 409);
+    let claim = a
+        .store
+        .get(&leaf_core::Tag::new("order").unwrap())
+        .await
+        .unwrap()
+        .expect("the claim");
+    assert_eq!(claim.max_id, i64::MAX, "{claim:?}");
+    // A node that knows no business tags (Java Leaf, an older server) gets no number from it.
+    let e = a
+        .store
+        .allocate(&leaf_core::Tag::new("order").unwrap(), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, leaf_core::Error::Exhausted(_)), "{e}");
+    clock.advance(std::time::Duration::from_secs(2));
+    assert_eq!(get(&a.app, "/api/segment/get/order").await.text(), "O1");
+    assert_eq!(get(&b.app, "/api/segment/get/order").await.text(), "O11");
+    // The claim is not listed as a tag of its own.
+    let list = get(&b.app, "/v1/tags").await.json();
+    let orders = list["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["tag"] == "order")
+        .count();
+    assert_eq!(orders, 1, "{list}");
+}
+
+#[tokio::test]
+async fn plain_tags_named_like_business_rows_before_them_are_served_as_ever() {
+    let store = Arc::new(MemoryStore::with_tags([("job@2024", 10), ("mail@", 10)]));
+    let f = Setup {
+        store: Some(store),
+        ..Setup::default()
+    }
+    .build()
+    .await;
+    assert_eq!(plain_id(&get(&f.app, "/api/segment/get/job@2024").await), 1);
+    assert_eq!(plain_id(&get(&f.app, "/api/segment/get/mail@").await), 1);
+    let r = send(
+        &f.app,
+        Method::PATCH,
+        "/v1/tags/job@2024",
+        LOCAL,
+        JSON,
+        Some(r#"{"step":20}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // New names of that shape are refused.
+    post_tag(&f.app, r#"{"tag":"job@2025"}"#)
+        .await
+        .error(400, 400);
 }

@@ -68,7 +68,7 @@ fn strs(ids: &[&str]) -> Vec<String> {
 pub async fn a_daily_counter_restarts_at_midnight_in_its_zone(fixture: &dyn StoreFixture) {
     let (a, b) = (fixture.store().await, fixture.another_handle().await);
     let clock = ManualClock::new(SHANGHAI_MIDNIGHT_MS - 10_000);
-    let (one, two) = (node(Arc::clone(&a), &clock), node(b, &clock));
+    let (one, two) = (node(Arc::clone(&a), &clock), node(Arc::clone(&b), &clock));
     let t = base(&namespace(), "order");
     let p = props(
         Some(Reset::Day),
@@ -119,7 +119,9 @@ pub async fn a_daily_counter_restarts_at_midnight_in_its_zone(fixture: &dyn Stor
             "ORD20261127000102"
         ])
     );
-    // The day before keeps its own counter: nothing after midnight is printed for it.
+    // The day before keeps its own counter: nothing after midnight is printed for it. The
+    // base name is claimed by a row with no ID left, so that a plain tag cannot take it and a
+    // node that knows no business tags gets "exhausted" for it, never a number.
     let rows: Vec<String> = a
         .list()
         .await
@@ -131,11 +133,19 @@ pub async fn a_daily_counter_restarts_at_midnight_in_its_zone(fixture: &dyn Stor
     assert_eq!(
         rows,
         strs(&[
+            t.as_str(),
             &format!("{t}@"),
             &format!("{t}@20261126"),
             &format!("{t}@20261127")
         ])
     );
+    let e = a.allocate(&t, None).await.expect_err("the claim has no ID");
+    assert!(matches!(e, Error::Exhausted(_)), "{e}");
+    let e = b
+        .create(&NewTag::new(t.clone()))
+        .await
+        .expect_err("a plain tag of the name");
+    assert!(matches!(e, Error::AlreadyExists(_)), "{e}");
 }
 
 /// Two nodes whose clocks straddle midnight take IDs of one tag at once, each in its own day's
@@ -147,7 +157,14 @@ pub async fn two_nodes_across_midnight_print_no_id_twice(fixture: &dyn StoreFixt
         ManualClock::new(SHANGHAI_MIDNIGHT_MS + 100),
     );
     let t = base(&namespace(), "straddle");
-    let (one, two) = (Arc::new(node(a, &late)), Arc::new(node(b, &early)));
+    // Two nodes on each side of midnight, each pair sharing its day's row.
+    let nodes = [
+        Arc::new(node(Arc::clone(&a), &late)),
+        Arc::new(node(Arc::clone(&b), &late)),
+        Arc::new(node(a, &early)),
+        Arc::new(node(b, &early)),
+    ];
+    let one = Arc::clone(&nodes[0]);
     one.create(
         &t,
         10,
@@ -157,7 +174,7 @@ pub async fn two_nodes_across_midnight_print_no_id_twice(fixture: &dyn StoreFixt
     .expect("create");
     let mut tasks = Vec::new();
     for i in 0..8 {
-        let node = Arc::clone(if i % 2 == 0 { &one } else { &two });
+        let node = Arc::clone(&nodes[i % 4]);
         let t = t.clone();
         tasks.push(tokio::spawn(async move {
             let mut got = Vec::new();
