@@ -28,6 +28,16 @@ fn render(c: &mut Criterion) {
             black_box(renderer.render(black_box(n)).unwrap())
         })
     });
+    // A batch's way: every ID into one reused buffer (`Taken::render_joined`).
+    let mut joined = String::with_capacity(64);
+    group.bench_function("order_number_into_a_buffer", |b| {
+        b.iter(|| {
+            n = (n + 1) % 999_999;
+            joined.clear();
+            renderer.render_into(black_box(n), &mut joined).unwrap();
+            black_box(joined.len())
+        })
+    });
     group.bench_function("base62", |b| {
         b.iter(|| {
             n = (n + 1) % 999_999;

@@ -34,11 +34,24 @@ impl Radix {
         }
     }
 
-    fn digit(self, d: u64) -> u8 {
+    /// Writes `n`'s digits at the end of `buf`; gives where they start. Each base is its own
+    /// instance, so that the division is by a constant (a multiplication), not a `div`.
+    fn fill(self, n: u64, buf: &mut [u8; 64]) -> usize {
+        fn fill_in<const B: u64>(mut n: u64, digits: &[u8], buf: &mut [u8; 64]) -> usize {
+            let mut i = buf.len();
+            loop {
+                i -= 1;
+                buf[i] = digits[(n % B) as usize];
+                n /= B;
+                if n == 0 {
+                    return i;
+                }
+            }
+        }
         match self {
-            Radix::Decimal => b'0' + d as u8,
-            Radix::Base36 => DIGITS36[d as usize],
-            Radix::Base62 => DIGITS62[d as usize],
+            Radix::Decimal => fill_in::<10>(n, b"0123456789", buf),
+            Radix::Base36 => fill_in::<36>(n, DIGITS36, buf),
+            Radix::Base62 => fill_in::<62>(n, DIGITS62, buf),
         }
     }
 
@@ -59,22 +72,25 @@ impl Radix {
     }
 
     /// `n` written in this base, left-padded with zeros to `width`.
-    pub fn encode_into(self, mut n: u64, width: usize, out: &mut String) {
+    pub fn encode_into(self, n: u64, width: usize, out: &mut String) {
+        self.encode_within(n, width, usize::MAX, out);
+    }
+
+    /// `n` written in this base, left-padded with zeros to `width`, if it takes at most `max`
+    /// digits; `false`, and nothing written, if it takes more.
+    pub fn encode_within(self, n: u64, width: usize, max: usize, out: &mut String) -> bool {
         let mut buf = [0u8; 64];
-        let mut i = buf.len();
-        loop {
-            i -= 1;
-            buf[i] = self.digit(n % self.base());
-            n /= self.base();
-            if n == 0 {
-                break;
-            }
+        let i = self.fill(n, &mut buf);
+        let len = buf.len() - i;
+        if len > max {
+            return false;
         }
-        for _ in (buf.len() - i)..width {
-            out.push('0');
+        if width > len {
+            out.extend(std::iter::repeat_n('0', width - len));
         }
         // Only ASCII digits were written.
         out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
+        true
     }
 
     /// `n` written in this base.

@@ -475,11 +475,10 @@ impl Renderer {
             match piece {
                 Piece::Text(t) => out.push_str(t),
                 Piece::Seq { radix, width } => {
-                    let w = width.unwrap_or(0);
-                    if w > 0 && radix.digits(n) > w {
+                    let (w, max) = width.map_or((0, usize::MAX), |w| (w, w));
+                    if !radix.encode_within(n, w, max, out) {
                         return Err(overflow(&self.template, value, w));
                     }
-                    radix.encode_into(n, w, out);
                 }
             }
         }
