@@ -449,6 +449,20 @@ impl BusinessTags {
             step,
             props,
         };
+        // Rows of the reserved shape under this base from before business tags (plain tags
+        // named `order@2026`, `order@`) would become this tag's rows: refused.
+        if let Some(old) = self
+            .store
+            .list()
+            .await?
+            .into_iter()
+            .find(|r| reserved(r.tag.as_str()).is_some_and(|(b, _)| b == base.as_str()))
+        {
+            return Err(Error::AlreadyExists(format!(
+                "tag {} exists: a business tag {base} would take it as one of its rows",
+                old.tag
+            )));
+        }
         // The name is claimed first, in one atomic step: the base's own row, insert-if-absent,
         // with no ID left (`max_id` at `i64::MAX`). A plain creation of the name then fails on
         // it, and a node that knows no business tags (an older one, Java Leaf) answers it
@@ -665,6 +679,10 @@ impl BusinessTags {
             }
             Some(reset) => Some(Period::from_key(reset, suffix)?),
         };
+        // A stored row is read as it is; the window bounds only what is created.
+        if self.store.get(row).await?.is_some() {
+            return Ok(Some(def));
+        }
         if let (Some(p), Some(now)) = (period, def.props.period_at(now_ms)?) {
             let before = def.props.period_at(now.start_ms(&def.props.zone)? - 1)?;
             if p != now && Some(p) != before && p != now.next() {

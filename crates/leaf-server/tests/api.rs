@@ -2457,7 +2457,7 @@ async fn an_order_number_tag_restarts_after_midnight_in_its_zone_and_decodes() {
 
 #[tokio::test]
 async fn bad_business_tags_are_400_and_store_nothing() {
-    let (f, _clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS).await;
+    let (f, clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS).await;
     let rows = || async { f.store.list().await.unwrap().len() };
     let before = rows().await;
     for (body, says) in [
@@ -2561,6 +2561,11 @@ async fn bad_business_tags_are_400_and_store_nothing() {
             .error(400, 400);
     }
     assert!(row("order@20261130").await.is_none());
+    // A stored row is read whatever its period (the window bounds what is created).
+    clock.set_ms(SHANGHAI_MIDNIGHT_MS + 10 * 86_400_000);
+    let r = get(&f.app, "/v1/tags/order@20261127").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    clock.set_ms(SHANGHAI_MIDNIGHT_MS);
 }
 
 #[tokio::test]
@@ -2677,8 +2682,21 @@ async fn plain_tags_named_like_business_rows_before_them_are_served_as_ever() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.text());
-    // New names of that shape are refused.
+    // New names of that shape are refused, and a business tag cannot take such rows over.
     post_tag(&f.app, r#"{"tag":"job@2025"}"#)
         .await
         .error(400, 400);
+    for base in ["job", "mail"] {
+        let body = format!(r#"{{"tag":"{base}","reset":"year","format":"J{{date:%Y}}{{seq}}"}}"#);
+        post_tag(&f.app, &body).await.error(409, 409);
+        assert!(
+            f.store
+                .get(&leaf_core::Tag::new(base).unwrap())
+                .await
+                .unwrap()
+                .is_none(),
+            "no claim left behind"
+        );
+    }
+    assert_eq!(plain_id(&get(&f.app, "/api/segment/get/job@2024").await), 2);
 }
