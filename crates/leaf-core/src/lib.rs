@@ -25,7 +25,8 @@ pub use registry::{
     Renewal, WorkerIdRegistry, min_lease_ttl,
 };
 pub use session_lock::{
-    Held, HeldIdentity, IdentitySettings, MarkWrite, SessionLock, session_idle_limit,
+    Held, HeldIdentity, IdentitySettings, Locking, MarkRow, MarkWrite, Proof, SessionLock,
+    session_idle_limit,
 };
 pub use store::{
     Allocation, DEFAULT_STEP, MAX_DESCRIPTION_CHARS, MAX_STEP, NewTag, SegmentStore,

@@ -6,12 +6,22 @@
 //!
 //! - At a claim the lock is taken before the identity's row is read or inserted, so that two
 //!   processes with one identity never both start; a start waits a moment for a crashed
-//!   predecessor's session to end. A session that cannot be opened at all is
-//!   [`ClaimError::Unreachable`] (the one case a start from the cache file is allowed, and only
-//!   without the fence); a lock another session holds, or a wait that ran out, is never that.
-//!   Each step is bounded: the connection by `connect_timeout`, the lock by its wait plus
-//!   `timeout`. An abandoned lease keeps its lock, and the next claim of the same identity
-//!   reuses it.
+//!   predecessor's session to end. Only a server to which no connection could be opened at all
+//!   (refused, no answer to the connection attempt, a name that does not resolve) is
+//!   [`ClaimError::Unreachable`], the one case a start from the cache file is allowed, and only
+//!   without the fence: once a connection opened, any outcome (an error the server sent, a
+//!   session setup that failed, a server that accepted the connection and never answered, a
+//!   lock another session holds, a wait that ran out) is never that. Each step is bounded: the
+//!   connection by `connect_timeout`, the lock by its wait plus `timeout`. An abandoned lease
+//!   keeps its lock, and the next claim of the same identity reuses it once the kept session
+//!   proves it still holds the lock.
+//! - Holding the lock is proved, never assumed from the session: a new session that already
+//!   holds the lock before it asks (a pooler handing one server session to two clients), or a
+//!   lock that the next statement does not hold (a pooler running each transaction on another
+//!   server session), refuses the claim; every mark written or read names the identity and
+//!   proves the lock in the same statement ([`SessionLock::write_mark`]), and one that proves
+//!   nothing loses the lease. The backend refuses at the claim a deployment in which its lock
+//!   guards nothing ([`SessionLock::check_deployment`]: a multi-primary cluster).
 //! - The session's idle limit is set on the server ([`session_idle_limit`]), so that a lock
 //!   never outlives its process by more than that, whatever became of the process.
 //! - Without `fence_on_disconnect` a renewal answers at once (the cache file is the durable
@@ -24,7 +34,8 @@
 //! - If the lock's session is gone, the next write opens another and takes the lock again
 //!   without waiting, then reads the stored mark: if another process took the lock meanwhile,
 //!   or wrote a mark this node never sent (it held the identity while this node's lock was
-//!   gone, and released it), the lease is lost and every later renewal says so.
+//!   gone, and released it), the lease is lost and every later renewal says so. A node that
+//!   learned so never starts from its cache file again until a claim succeeds.
 //! - A start from the cache file (the server unreachable, the fence off) holds the lock's name
 //!   only: the first write that reaches the server takes it.
 //! - The release waits for a write in flight, stops later ones, writes the final mark (which may
@@ -49,7 +60,43 @@ pub enum MarkWrite {
     Final,
 }
 
-/// A backend's identity lock: sessions, the lock on one, and the mark read and written on it.
+/// What taking the lock on a new session found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Locking {
+    /// The session holds the lock now.
+    Taken,
+    /// Another session holds it (still, after the wait).
+    Busy,
+    /// The session held the lock before it asked: a session that was just opened holds no
+    /// lock on a direct connection, so the server session is shared with another client (a
+    /// pooler in transaction mode handing one server session to several clients).
+    Shared,
+}
+
+/// What a statement that proves the lock found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proof<T> {
+    /// The session held the lock, and the row was the identity's: the statement's answer.
+    Held(T),
+    /// Nothing was read or written: the session does not hold the lock, or the worker id's row
+    /// is not the identity's (deleted, or given to another identity).
+    NotHeld,
+}
+
+/// The row a mark is read from and written to, and what proves it is this node's: its worker
+/// id, the identity that owns it, and the lock that this node's session must hold.
+#[derive(Clone, Copy, Debug)]
+pub struct MarkRow<'a> {
+    /// The worker id (the row's key).
+    pub worker_id: u64,
+    /// The identity (`ip:port`) the row belongs to.
+    pub identity: &'a str,
+    /// The identity lock's name.
+    pub lock: &'a str,
+}
+
+/// A backend's identity lock: sessions, the lock on one, and the mark read and written on it,
+/// each read and write proving the lock in the same statement.
 #[async_trait]
 pub trait SessionLock: Send + Sync + 'static {
     /// A server session (a dedicated connection) that may hold the lock.
@@ -60,27 +107,47 @@ pub trait SessionLock: Send + Sync + 'static {
     /// mistake); otherwise outages.
     async fn connect(&self, at_start: bool, idle_limit: Duration) -> Result<Self::Session>;
 
-    /// Takes the lock `name` on `session`, waiting up to `wait` (zero: not at all) for another
-    /// session to free it: whether `session` holds it.
+    /// Whether a transport connection (TCP, a Unix socket) to the server can be opened now,
+    /// within `timeout`, without speaking its protocol: asked after [`connect`](Self::connect)
+    /// failed, to tell a server that could not be reached at all from one that was reached.
+    async fn reachable(&self, timeout: Duration) -> bool;
+
+    /// Takes the lock `name` on a session that was just opened, waiting up to `wait` (zero:
+    /// not at all) for another session to free it.
     async fn try_lock(
         &self,
         session: &mut Self::Session,
         name: &str,
         wait: Duration,
-    ) -> Result<bool>;
+    ) -> Result<Locking>;
 
-    /// The stored mark of `worker_id`, read on `session`.
-    async fn read_mark(&self, session: &mut Self::Session, worker_id: u64) -> Result<Option<u64>>;
+    /// Whether `session` holds the lock `name`, asked in a statement of its own.
+    async fn holds(&self, session: &mut Self::Session, name: &str) -> Result<bool>;
 
-    /// Writes the mark of `worker_id` on `session` as `how` says, committed when it returns;
-    /// an error if the row is missing (an unchanged value is not missing).
+    /// Refuses, with a message naming it, a deployment of the server in which the lock guards
+    /// nothing (a multi-primary cluster, whose locks are each node's own). Asked on every new
+    /// session of a claim, before the lock. Default: none.
+    async fn check_deployment(&self, session: &mut Self::Session) -> Result<()> {
+        let _ = session;
+        Ok(())
+    }
+
+    /// The stored mark of `row`, read on `session` in one statement that proves the lock.
+    async fn read_mark(
+        &self,
+        session: &mut Self::Session,
+        row: MarkRow<'_>,
+    ) -> Result<Proof<Option<u64>>>;
+
+    /// Writes the mark of `row` on `session` as `how` says, in one statement that proves the
+    /// lock, committed when it returns (an unchanged value is written).
     async fn write_mark(
         &self,
         session: &mut Self::Session,
-        worker_id: u64,
+        row: MarkRow<'_>,
         mark_ms: u64,
         how: MarkWrite,
-    ) -> Result<()>;
+    ) -> Result<Proof<()>>;
 
     /// Ends `session`, which frees the lock. Default: dropped.
     async fn close(&self, session: Self::Session) {
@@ -128,7 +195,9 @@ struct Inner<L: SessionLock> {
     backend: &'static str,
     state: Mutex<State<L::Session>>,
     in_flight: AtomicBool,
-    /// Another process holds the identity lock: the lease is lost.
+    /// Another process holds the identity (it took the lock, wrote the row's mark, or the row
+    /// or the lock proved not to be this node's): the lease is lost, and no start from the
+    /// cache file is allowed until a claim succeeds.
     lost: AtomicBool,
     /// The last mark the server confirmed (Unix ms), 0 before the first.
     confirmed_mark_ms: AtomicU64,
@@ -151,10 +220,22 @@ struct State<S> {
 /// only makes its row look foreign, which stops, never duplicates).
 const MAX_TRIED: usize = 64;
 
-/// The lock a claim took: its name and its session. Dropping it ends the session.
+/// The lock a claim took: the identity, the lock's name and its session. Dropping it ends the
+/// session.
 pub struct Held<S> {
+    identity: String,
     name: String,
     session: Option<S>,
+}
+
+impl<S> Held<S> {
+    fn row(&self, worker_id: u64) -> MarkRow<'_> {
+        MarkRow {
+            worker_id,
+            identity: &self.identity,
+            lock: &self.name,
+        }
+    }
 }
 
 impl<L: SessionLock> HeldIdentity<L> {
@@ -189,50 +270,151 @@ impl<L: SessionLock> HeldIdentity<L> {
         self.inner.settings.fence_on_disconnect
     }
 
-    /// The lock `name` for a claim: the session this node still holds it on (an abandoned
-    /// lease keeps it), else a new session's (its idle limit `idle_limit`), waiting up to `wait`
-    /// for another session to free it; `None` if another live session holds it. Until
-    /// [`hold`](Self::hold), nothing is held. A session that cannot be opened is
-    /// [`ClaimError::Unreachable`] (if retryable); everything after it is
-    /// [`ClaimError::Failed`].
+    /// The lock `name` of `identity` for a claim: the session this node still holds it on (an
+    /// abandoned lease keeps it), once that session proves it still does; else a new
+    /// session's (its idle limit `idle_limit`), on a deployment the backend accepts, waiting up
+    /// to `wait` for another session to free it, proved by a statement of its own. `None`
+    /// if another live session holds it. Until [`hold`](Self::hold), nothing is held. Only a
+    /// session to whose server no connection could be opened at all is
+    /// [`ClaimError::Unreachable`]; everything else is [`ClaimError::Failed`].
     pub async fn lock_for_claim(
         &self,
+        identity: &str,
         name: &str,
         wait: Duration,
         idle_limit: Duration,
     ) -> Result<Option<Held<L::Session>>, ClaimError> {
         let inner = &self.inner;
         let kept = inner.state.lock().await.held.take();
-        if let Some(held) = kept.filter(|h| h.name == name && h.session.is_some()) {
+        if let Some(held) = kept.filter(|h| h.name == name && h.session.is_some())
+            && let Some(held) = self.still_held(held).await
+        {
             return Ok(Some(held));
         }
-        let mut session = bounded(
+        let session = bounded(
             inner.backend,
             inner.settings.connect_timeout,
             "connecting for the identity lock",
             inner.lock.connect(true, idle_limit),
         )
-        .await
-        .map_err(ClaimError::unreachable)?;
-        let locked = bounded(
+        .await;
+        let mut session = match session {
+            Ok(session) => session,
+            Err(e) => return Err(self.unopened_or_failed(e).await),
+        };
+        match self.take_new(&mut session, name, wait).await {
+            Ok(true) => Ok(Some(Held {
+                identity: identity.to_owned(),
+                name: name.to_owned(),
+                session: Some(session),
+            })),
+            Ok(false) => {
+                self.close(session).await;
+                Ok(None)
+            }
+            Err(e) => {
+                self.close(session).await;
+                Err(ClaimError::Failed(e))
+            }
+        }
+    }
+
+    /// `held`, kept from an abandoned claim, if its session still holds the lock; else its
+    /// session ended (it died, or the server ended it), and `None`.
+    async fn still_held(&self, mut held: Held<L::Session>) -> Option<Held<L::Session>> {
+        let inner = &self.inner;
+        let session = held.session.as_mut()?;
+        let proved = bounded(
             inner.backend,
-            wait.saturating_add(inner.settings.timeout),
-            "taking the identity lock",
-            inner.lock.try_lock(&mut session, name, wait),
+            inner.settings.timeout,
+            "checking the kept identity lock",
+            inner.lock.holds(session, &held.name),
+        )
+        .await;
+        if matches!(proved, Ok(true)) {
+            return Some(held);
+        }
+        tracing::info!(
+            lock = %held.name,
+            backend = inner.backend,
+            answer = ?proved,
+            "the identity lock kept from an earlier claim is not held any more; claiming anew"
+        );
+        if let Some(session) = held.session.take() {
+            self.close(session).await;
+        }
+        None
+    }
+
+    /// On a new `session`, checks the deployment, then takes the lock `name` and proves it:
+    /// `false` if another session holds it; an error if the backend refuses its deployment, or
+    /// the session held the lock before it asked or the next statement does not (a pooler).
+    async fn take_new(&self, session: &mut L::Session, name: &str, wait: Duration) -> Result<bool> {
+        let inner = &self.inner;
+        let (backend, timeout) = (inner.backend, inner.settings.timeout);
+        bounded(
+            backend,
+            timeout,
+            "checking the deployment",
+            inner.lock.check_deployment(session),
         )
         .await?;
-        if !locked {
-            let _ = tokio::time::timeout(inner.settings.timeout, inner.lock.close(session)).await;
-            return Ok(None);
+        let locking = bounded(
+            backend,
+            wait.saturating_add(timeout),
+            "taking the identity lock",
+            inner.lock.try_lock(session, name, wait),
+        )
+        .await?;
+        match locking {
+            Locking::Busy => return Ok(false),
+            Locking::Shared => return Err(pooled(backend, name, "held it before it asked")),
+            Locking::Taken => {}
         }
-        Ok(Some(Held {
-            name: name.to_owned(),
-            session: Some(session),
-        }))
+        let proved = bounded(
+            backend,
+            timeout,
+            "proving the identity lock",
+            inner.lock.holds(session, name),
+        )
+        .await?;
+        if !proved {
+            return Err(pooled(
+                backend,
+                name,
+                "did not hold it in its next statement",
+            ));
+        }
+        Ok(true)
+    }
+
+    /// A session that could not be opened (`e`): [`ClaimError::Unreachable`] only if no
+    /// transport connection to the server can be opened either; a server that answered (an
+    /// error it sent, a session setup that failed) or accepted the connection and never
+    /// answered was reached.
+    async fn unopened_or_failed(&self, e: Error) -> ClaimError {
+        let inner = &self.inner;
+        if !e.is_retryable() {
+            return ClaimError::Failed(e);
+        }
+        if !inner.lock.reachable(inner.settings.connect_timeout).await {
+            return ClaimError::Unreachable(e);
+        }
+        ClaimError::Failed(Error::Unavailable(format!(
+            "{e}; a connection to {} could be opened, so this is not a start from the cache \
+             file",
+            inner.backend
+        )))
+    }
+
+    async fn close(&self, session: L::Session) {
+        let _ =
+            tokio::time::timeout(self.inner.settings.timeout, self.inner.lock.close(session)).await;
     }
 
     /// The claim succeeded: `held` is this node's lock, and the server's row had
-    /// `server_mark_ms`. Renewals may write again.
+    /// `server_mark_ms`. Renewals may write again, and a start from the cache file is allowed
+    /// again.
     pub async fn hold(
         &self,
         held: Held<L::Session>,
@@ -245,23 +427,33 @@ impl<L: SessionLock> HeldIdentity<L> {
 
     /// The server could not be reached (`cause`) and the node would start from its cache file
     /// with `start_mark_ms`: it holds the lock's name only, and the first write that reaches
-    /// the server takes the lock (or finds the lease lost). With `fence_on_disconnect`,
-    /// refused: every mark needs the server.
+    /// the server takes the lock (or finds the lease lost). Refused with
+    /// `fence_on_disconnect` (every mark needs the server), and after this node learned that
+    /// another process holds its identity, until a claim succeeds.
     pub async fn hold_offline(
         &self,
+        identity: &str,
         name: &str,
         start_mark_ms: Option<u64>,
         idle_limit: Duration,
         cause: Error,
     ) -> Result<()> {
+        let backend = self.inner.backend;
         if self.fences() {
             return Err(Error::Unavailable(format!(
-                "{cause}; with fence_on_disconnect the {} workerId mode never starts from its \
-                 cache file",
-                self.inner.backend
+                "{cause}; with fence_on_disconnect the {backend} workerId mode never starts from \
+                 its cache file"
+            )));
+        }
+        if self.inner.lost.load(Ordering::Acquire) {
+            return Err(Error::Unavailable(format!(
+                "{cause}; another process held this node's identity since its last claim, so \
+                 the {backend} workerId mode starts from its cache file only after a claim \
+                 reaches the server again"
             )));
         }
         let held = Held {
+            identity: identity.to_owned(),
             name: name.to_owned(),
             session: None,
         };
@@ -291,10 +483,10 @@ impl<L: SessionLock> HeldIdentity<L> {
     }
 
     /// A renewal of `worker_id` with `mark_ms`: `LeaseLost` once another process took the lock
-    /// (or wrote the identity's mark). With `fence_on_disconnect`, `Ok` only once the mark
-    /// committed on the lock's session, an error if it did not; without, `Ok` at once and the
-    /// mark written in the background unless a write is in flight (the next renewal carries a
-    /// later mark anyway). Needs a Tokio runtime.
+    /// (or wrote the identity's mark, or a write proved nothing). With `fence_on_disconnect`,
+    /// `Ok` only once the mark committed on the lock's session, an error if it did not;
+    /// without, `Ok` at once and the mark written in the background unless a write is in
+    /// flight (the next renewal carries a later mark anyway). Needs a Tokio runtime.
     pub async fn renew(&self, worker_id: u64, mark_ms: u64) -> Result<Renewal> {
         let inner = &self.inner;
         if inner.lost.load(Ordering::Acquire) {
@@ -355,7 +547,7 @@ impl<L: SessionLock> HeldIdentity<L> {
             .await
         };
         if let Some(session) = state.held.take().and_then(|h| h.session) {
-            let _ = tokio::time::timeout(inner.settings.timeout, inner.lock.close(session)).await;
+            self.close(session).await;
         }
         written.map(drop)
     }
@@ -366,9 +558,20 @@ impl<L: SessionLock> HeldIdentity<L> {
     }
 }
 
+/// The error of a claim whose lock proved shared: `how` the new session behaved.
+fn pooled(backend: &str, name: &str, how: &str) -> Error {
+    Error::Config(format!(
+        "the {backend} identity lock {name:?}: a session that was just opened {how}, so the \
+         server session is not this connection's own: a pooler in transaction or statement mode \
+         (PgBouncer, ProxySQL, RDS Proxy) stands between this node and {backend}; the workerId \
+         mode needs a direct connection (or a pooler in session mode)"
+    ))
+}
+
 /// Writes the mark on the lock's session, first opening a session, taking the lock again and
 /// checking the stored mark if the session is gone. `Ok(false)`, with the lease marked lost:
-/// another process holds the lock, or wrote the mark while this node's lock was gone.
+/// another process holds the lock, or wrote the mark while this node's lock was gone, or the
+/// write proved nothing (the lock or the row is not this node's).
 async fn write<L: SessionLock>(
     inner: &Inner<L>,
     state: &mut State<L::Session>,
@@ -388,7 +591,8 @@ async fn write<L: SessionLock>(
         return Ok(true);
     };
     if held.session.is_none() {
-        match relock(inner, &held.name, worker_id, *own_up_to, tried, *idle_limit).await? {
+        let row = held.row(worker_id);
+        match relock(inner, row, *own_up_to, tried, *idle_limit).await? {
             Some(session) => held.session = Some(session),
             None => {
                 inner.lost.store(true, Ordering::Release);
@@ -400,16 +604,19 @@ async fn write<L: SessionLock>(
         tried.remove(0);
     }
     tried.push(mark_ms);
-    let session = held.session.as_mut().expect("connected above");
+    let mut session = held.session.take().expect("connected above");
     let written = bounded(
         backend,
         settings.timeout,
         "the mark update",
-        inner.lock.write_mark(session, worker_id, mark_ms, how),
+        inner
+            .lock
+            .write_mark(&mut session, held.row(worker_id), mark_ms, how),
     )
     .await;
     match written {
-        Ok(()) => {
+        Ok(Proof::Held(())) => {
+            held.session = Some(session);
             *own_up_to = (*own_up_to).max(mark_ms);
             tried.clear();
             if how == MarkWrite::Raise {
@@ -419,27 +626,40 @@ async fn write<L: SessionLock>(
             }
             Ok(true)
         }
+        Ok(Proof::NotHeld) => {
+            tracing::error!(
+                lock = %held.name,
+                identity = %held.identity,
+                backend,
+                worker_id,
+                "a mark write proved nothing: this session does not hold the identity lock, or \
+                 the worker id's row is not this identity's; worker id lost"
+            );
+            inner.lost.store(true, Ordering::Release);
+            let _ = tokio::time::timeout(settings.timeout, inner.lock.close(session)).await;
+            Ok(false)
+        }
         Err(e) => {
             // The session (and with it the lock) may be gone, or in an unknown state after a
             // statement given up on: reconnect next time.
-            held.session = None;
             Err(e)
         }
     }
 }
 
-/// A new session holding the lock `name` again, after the last one was lost; `None` if
-/// another session holds it, or if the stored mark is above this node's own and is none it
-/// sent (another process of the identity held it meanwhile).
+/// A new session holding the lock of `row` again, after the last one was lost; `None` if
+/// another session holds it, if the session held it before it asked (a pooler), or if the
+/// stored mark is above this node's own and is none it sent (another process of the identity
+/// held it meanwhile), or the row proves not to be this node's.
 async fn relock<L: SessionLock>(
     inner: &Inner<L>,
-    name: &str,
-    worker_id: u64,
+    row: MarkRow<'_>,
     own_up_to: u64,
     tried: &[u64],
     idle_limit: Duration,
 ) -> Result<Option<L::Session>> {
     let (backend, settings) = (inner.backend, inner.settings);
+    let (name, worker_id) = (row.lock, row.worker_id);
     let mut session = bounded(
         backend,
         settings.connect_timeout,
@@ -452,21 +672,35 @@ async fn relock<L: SessionLock>(
         settings.timeout,
         "taking the identity lock again",
         async {
-            if !inner
-                .lock
-                .try_lock(&mut session, name, Duration::ZERO)
-                .await?
-            {
-                tracing::error!(
-                    lock = %name,
-                    backend,
-                    "another process took this node's identity lock while its connection was down; \
-                     worker id lost"
-                );
-                return Ok(false);
+            match inner.lock.try_lock(&mut session, name, Duration::ZERO).await? {
+                Locking::Taken => {}
+                Locking::Busy => {
+                    tracing::error!(
+                        lock = %name,
+                        backend,
+                        "another process took this node's identity lock while its connection \
+                         was down; worker id lost"
+                    );
+                    return Ok(false);
+                }
+                Locking::Shared => {
+                    tracing::error!(lock = %name, backend, "{}", pooled(backend, name, "held it before it asked"));
+                    return Ok(false);
+                }
             }
-            match inner.lock.read_mark(&mut session, worker_id).await? {
-                Some(stored) if stored > own_up_to && !tried.contains(&stored) => {
+            match inner.lock.read_mark(&mut session, row).await? {
+                Proof::NotHeld => {
+                    tracing::error!(
+                        lock = %name,
+                        identity = %row.identity,
+                        backend,
+                        worker_id,
+                        "the identity lock, taken again, is not held by the statement that reads \
+                         the mark, or the worker id's row is not this identity's; worker id lost"
+                    );
+                    Ok(false)
+                }
+                Proof::Held(Some(stored)) if stored > own_up_to && !tried.contains(&stored) => {
                     tracing::error!(
                         lock = %name,
                         backend,
@@ -478,7 +712,7 @@ async fn relock<L: SessionLock>(
                     );
                     Ok(false)
                 }
-                _ => Ok(true),
+                Proof::Held(_) => Ok(true),
             }
         },
     )
@@ -509,9 +743,20 @@ mod tests {
         cut: StdMutex<Vec<u64>>,
         /// Worker id -> stored mark.
         marks: StdMutex<HashMap<u64, u64>>,
+        /// Worker id -> the identity its row belongs to (any, when absent).
+        owners: StdMutex<HashMap<u64, String>>,
+        /// No connection can be opened.
         down: AtomicBool,
+        /// Connections open, and the session's setup fails (an error the server sent).
+        setup_fails: AtomicBool,
         /// Every lock statement fails.
         lock_fails: AtomicBool,
+        /// A pooler: every new session is the same server session (1).
+        pooled: AtomicBool,
+        /// A pooler that frees a session's locks after each statement (`DISCARD ALL`).
+        forgets: AtomicBool,
+        /// The deployment is one the backend refuses.
+        refused: AtomicBool,
         writes: AtomicU64,
     }
 
@@ -533,6 +778,11 @@ mod tests {
             }
             Ok(())
         }
+        /// Whether `session` holds `row`'s lock and the row is its identity's.
+        fn proves(&self, session: u64, row: MarkRow<'_>) -> bool {
+            let owner = self.owners.lock().unwrap().get(&row.worker_id).cloned();
+            self.holder(row.lock) == Some(session) && owner.is_none_or(|o| o == row.identity)
+        }
     }
 
     #[async_trait]
@@ -543,45 +793,86 @@ mod tests {
             if self.down.load(Ordering::Relaxed) {
                 return Err(Error::Unavailable("down".into()));
             }
+            if self.setup_fails.load(Ordering::Relaxed) {
+                return Err(Error::Unavailable("too many connections".into()));
+            }
+            if self.pooled.load(Ordering::Relaxed) {
+                return Ok(1);
+            }
             Ok(self.next.fetch_add(1, Ordering::Relaxed) + 1)
         }
 
-        async fn try_lock(&self, session: &mut u64, name: &str, _wait: Duration) -> Result<bool> {
+        async fn reachable(&self, _timeout: Duration) -> bool {
+            !self.down.load(Ordering::Relaxed)
+        }
+
+        async fn try_lock(
+            &self,
+            session: &mut u64,
+            name: &str,
+            _wait: Duration,
+        ) -> Result<Locking> {
             self.check(*session)?;
             if self.lock_fails.load(Ordering::Relaxed) {
                 return Err(Error::Unavailable("lock wait timeout".into()));
             }
             let mut locks = self.locks.lock().unwrap();
             match locks.get(name) {
-                Some(holder) => Ok(holder == session),
+                Some(holder) if holder == session => Ok(Locking::Shared),
+                Some(_) => Ok(Locking::Busy),
                 None => {
-                    locks.insert(name.to_owned(), *session);
-                    Ok(true)
+                    if !self.forgets.load(Ordering::Relaxed) {
+                        locks.insert(name.to_owned(), *session);
+                    }
+                    Ok(Locking::Taken)
                 }
             }
         }
 
-        async fn read_mark(&self, session: &mut u64, worker_id: u64) -> Result<Option<u64>> {
+        async fn holds(&self, session: &mut u64, name: &str) -> Result<bool> {
             self.check(*session)?;
-            Ok(self.mark(worker_id))
+            Ok(self.holder(name) == Some(*session))
+        }
+
+        async fn check_deployment(&self, session: &mut u64) -> Result<()> {
+            self.check(*session)?;
+            match self.refused.load(Ordering::Relaxed) {
+                true => Err(Error::Config("a multi-primary cluster".into())),
+                false => Ok(()),
+            }
+        }
+
+        async fn read_mark(
+            &self,
+            session: &mut u64,
+            row: MarkRow<'_>,
+        ) -> Result<Proof<Option<u64>>> {
+            self.check(*session)?;
+            if !self.proves(*session, row) {
+                return Ok(Proof::NotHeld);
+            }
+            Ok(Proof::Held(self.mark(row.worker_id)))
         }
 
         async fn write_mark(
             &self,
             session: &mut u64,
-            worker_id: u64,
+            row: MarkRow<'_>,
             mark_ms: u64,
             how: MarkWrite,
-        ) -> Result<()> {
+        ) -> Result<Proof<()>> {
             self.check(*session)?;
+            if !self.proves(*session, row) {
+                return Ok(Proof::NotHeld);
+            }
             self.writes.fetch_add(1, Ordering::Relaxed);
             let mut marks = self.marks.lock().unwrap();
-            let m = marks.entry(worker_id).or_default();
+            let m = marks.entry(row.worker_id).or_default();
             *m = match how {
                 MarkWrite::Raise => (*m).max(mark_ms),
                 MarkWrite::Final => mark_ms,
             };
-            Ok(())
+            Ok(Proof::Held(()))
         }
 
         async fn close(&self, session: u64) {
@@ -608,7 +899,7 @@ mod tests {
     async fn holding_with(server: &Arc<Server>, fence: bool) -> HeldIdentity<Arc<Server>> {
         let h = held_with(server, fence);
         let lock = h
-            .lock_for_claim("n", Duration::ZERO, IDLE)
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
             .await
             .unwrap()
             .unwrap();
@@ -643,11 +934,17 @@ mod tests {
     async fn a_second_holder_of_one_name_is_refused_until_the_first_releases() {
         let server = Arc::new(Server::default());
         let (a, b) = (holding(&server).await, held(&server));
-        let refused = b.lock_for_claim("n", Duration::ZERO, IDLE).await.unwrap();
+        let refused = b
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
+            .await
+            .unwrap();
         assert!(refused.is_none());
         a.release(1, 5).await.unwrap();
         assert_eq!(server.holder("n"), None, "the release ended the session");
-        let taken = b.lock_for_claim("n", Duration::ZERO, IDLE).await.unwrap();
+        let taken = b
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
+            .await
+            .unwrap();
         assert!(taken.is_some());
     }
 
@@ -656,7 +953,7 @@ mod tests {
         let server = Arc::new(Server::default());
         server.down.store(true, Ordering::Relaxed);
         let e = held(&server)
-            .lock_for_claim("n", Duration::ZERO, IDLE)
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
             .await
             .err()
             .unwrap();
@@ -666,7 +963,7 @@ mod tests {
         // reached.
         server.lock_fails.store(true, Ordering::Relaxed);
         let e = held(&server)
-            .lock_for_claim("n", Duration::ZERO, IDLE)
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
             .await
             .err()
             .unwrap();
@@ -678,7 +975,7 @@ mod tests {
         let server = Arc::new(Server::default());
         let h = held(&server);
         let lock = h
-            .lock_for_claim("n", Duration::ZERO, IDLE)
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
             .await
             .unwrap()
             .unwrap();
@@ -707,7 +1004,7 @@ mod tests {
         let other = held(&server);
         renew(&h, 1, 30).await;
         let theirs = other
-            .lock_for_claim("n", Duration::ZERO, IDLE)
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
             .await
             .unwrap();
         assert!(theirs.is_some());
@@ -806,7 +1103,9 @@ mod tests {
         server.down.store(true, Ordering::Relaxed);
         let h = held(&server);
         let cause = || Error::Unavailable("down".into());
-        h.hold_offline("n", Some(5), IDLE, cause()).await.unwrap();
+        h.hold_offline("x", "n", Some(5), IDLE, cause())
+            .await
+            .unwrap();
         assert_eq!(renew(&h, 3, 10).await, Renewal::OK);
         assert_eq!(server.holder("n"), None);
         server.down.store(false, Ordering::Relaxed);
@@ -817,7 +1116,7 @@ mod tests {
         // With the fence there is no start from the cache file.
         let fenced = held_with(&server, true);
         let e = fenced
-            .hold_offline("m", Some(5), IDLE, cause())
+            .hold_offline("x", "m", Some(5), IDLE, cause())
             .await
             .unwrap_err();
         assert!(
@@ -832,7 +1131,10 @@ mod tests {
         let h = holding(&server).await;
         let session = server.holder("n");
         // A claim again (after an abandon): the held lock, not a refusal by our own session.
-        let again = h.lock_for_claim("n", Duration::ZERO, IDLE).await.unwrap();
+        let again = h
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
+            .await
+            .unwrap();
         assert!(again.is_some());
         assert_eq!(server.holder("n"), session);
     }
@@ -851,6 +1153,150 @@ mod tests {
         renew(&h, 4, 120).await;
         assert_eq!(server.writes.load(Ordering::Relaxed), writes);
         assert_eq!(server.mark(4), Some(15), "the final mark stays");
+    }
+
+    /// A claim's outcome as a word, for the tables below.
+    fn outcome(r: &Result<Option<Held<u64>>, ClaimError>) -> &'static str {
+        match r {
+            Ok(Some(_)) => "taken",
+            Ok(None) => "busy",
+            Err(ClaimError::Unreachable(_)) => "unreachable",
+            Err(ClaimError::Failed(_)) => "failed",
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_server_no_connection_reaches_is_unreachable() {
+        let server = Arc::new(Server::default());
+        let claim = || async {
+            held(&server)
+                .lock_for_claim("x", "n", Duration::ZERO, IDLE)
+                .await
+        };
+        server.down.store(true, Ordering::Relaxed);
+        assert_eq!(outcome(&claim().await), "unreachable");
+        server.down.store(false, Ordering::Relaxed);
+        // Connected, and the session's setup failed with an error the server sent (too many
+        // connections, say): reached.
+        server.setup_fails.store(true, Ordering::Relaxed);
+        let e = claim().await;
+        assert_eq!(outcome(&e), "failed");
+        let text = e.err().unwrap().to_string();
+        assert!(text.contains("not a start from the cache file"), "{text}");
+        server.setup_fails.store(false, Ordering::Relaxed);
+        assert_eq!(outcome(&claim().await), "taken");
+    }
+
+    /// Two clients behind a pooler share one server session: the second finds the lock held
+    /// by its session before it asks, and is refused rather than told it holds it.
+    #[tokio::test]
+    async fn a_new_session_that_holds_the_lock_before_it_asks_is_a_pooler_and_refused() {
+        let server = Arc::new(Server::default());
+        server.pooled.store(true, Ordering::Relaxed);
+        let a = held(&server);
+        let lock = a.lock_for_claim("x", "n", Duration::ZERO, IDLE).await;
+        assert_eq!(outcome(&lock), "taken");
+        a.hold(lock.unwrap().unwrap(), None, IDLE).await;
+        let b = held(&server)
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
+            .await;
+        assert_eq!(outcome(&b), "failed");
+        let text = b.err().unwrap().to_string();
+        assert!(text.contains("pooler"), "{text}");
+    }
+
+    /// A pooler that frees the lock after the statement that took it: the next statement does
+    /// not hold it, and the claim is refused.
+    #[tokio::test]
+    async fn a_lock_the_next_statement_does_not_hold_is_a_pooler_and_refused() {
+        let server = Arc::new(Server::default());
+        server.forgets.store(true, Ordering::Relaxed);
+        let r = held(&server)
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
+            .await;
+        assert_eq!(outcome(&r), "failed");
+        let text = r.err().unwrap().to_string();
+        assert!(
+            text.contains("did not hold it in its next statement"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deployment_the_backend_refuses_fails_the_claim() {
+        let server = Arc::new(Server::default());
+        server.refused.store(true, Ordering::Relaxed);
+        let r = held(&server)
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
+            .await;
+        assert_eq!(outcome(&r), "failed");
+        assert_eq!(server.holder("n"), None, "the session was closed");
+    }
+
+    /// A claim abandoned (a start that failed after it) keeps its session; if that session
+    /// died meanwhile and another process took the lock, the next claim must not reuse it.
+    #[tokio::test]
+    async fn a_kept_session_that_lost_its_lock_is_not_reused() {
+        let server = Arc::new(Server::default());
+        let h = holding(&server).await;
+        server.cut(server.holder("n").unwrap());
+        let _theirs = holding(&server).await;
+        let again = h.lock_for_claim("x", "n", Duration::ZERO, IDLE).await;
+        assert_eq!(outcome(&again), "busy");
+    }
+
+    /// The worker id's row was deleted and given to another identity: a write names the
+    /// identity, finds nothing of its own, and loses the lease, with or without the fence.
+    #[tokio::test]
+    async fn a_write_that_proves_nothing_loses_the_lease() {
+        for fence in [false, true] {
+            let server = Arc::new(Server::default());
+            let h = holding_with(&server, fence).await;
+            assert!(h.renew(9, 100).await.unwrap().is_ok());
+            settle(&h).await;
+            assert_eq!(server.mark(9), Some(100));
+            server.owners.lock().unwrap().insert(9, "another".into());
+            let first = h.renew(9, 200).await.unwrap();
+            settle(&h).await;
+            assert_eq!(first == Renewal::LeaseLost, fence, "fence {fence}");
+            assert_eq!(h.renew(9, 300).await.unwrap(), Renewal::LeaseLost);
+            assert_eq!(
+                server.mark(9),
+                Some(100),
+                "fence {fence}: the other row kept its mark"
+            );
+        }
+    }
+
+    /// Once a node learned that another process holds its identity, its server unreachable
+    /// is no reason to start from the cache file: only a claim that succeeds lifts that.
+    #[tokio::test]
+    async fn after_a_lease_lost_to_another_process_no_offline_start_until_a_claim() {
+        let server = Arc::new(Server::default());
+        let h = holding(&server).await;
+        server.cut(server.holder("n").unwrap());
+        let theirs = holding(&server).await;
+        renew(&h, 1, 10).await; // fails on the dead session
+        renew(&h, 1, 20).await; // finds the lock taken, in the background
+        assert_eq!(renew(&h, 1, 30).await, Renewal::LeaseLost);
+        server.down.store(true, Ordering::Relaxed);
+        let cause = || Error::Unavailable("down".into());
+        let e = h
+            .hold_offline("x", "n", Some(20), IDLE, cause())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("another process held"), "{e}");
+        // The other process leaves; a claim reaches the server and succeeds: allowed again.
+        server.down.store(false, Ordering::Relaxed);
+        theirs.release(1, 30).await.unwrap();
+        let lock = h
+            .lock_for_claim("x", "n", Duration::ZERO, IDLE)
+            .await
+            .unwrap();
+        h.hold(lock.unwrap(), Some(30), IDLE).await;
+        h.hold_offline("x", "n", Some(30), IDLE, cause())
+            .await
+            .unwrap();
     }
 
     #[test]

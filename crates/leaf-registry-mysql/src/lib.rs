@@ -76,6 +76,7 @@ impl Dialect for MysqlDialect {
              WHERE table_schema = DATABASE() AND table_name = ?",
         )
         .bind(table)
+        .persistent(false)
         .fetch_one(pool)
         .await?;
         if exists > 0 {

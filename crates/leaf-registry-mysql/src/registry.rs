@@ -4,9 +4,12 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leaf_core::{NodeIdentity, Result};
-use leaf_sql::{KEY, RegistryDialect, ServerError, map_sqlx_at_start};
+use leaf_core::{Error, Locking, NodeIdentity, Result};
+use leaf_sql::{
+    Arg, KEY, RegistryDialect, ServerError, Transport, inline, map_sqlx, map_sqlx_at_start,
+};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlQueryResult};
+use sqlx::{AssertSqlSafe, Row};
 
 use crate::MysqlDialect;
 use crate::error::classify;
@@ -20,11 +23,13 @@ impl RegistryDialect for MysqlDialect {
     const LEAF_WORKERID_ALLOC_DDL: &'static str = LEAF_WORKERID_ALLOC_DDL;
     const SELECT_WORKER: &'static str = "SELECT CAST(id AS SIGNED) AS id, max_timestamp \
          FROM leaf_workerid_alloc WHERE ip_port = ?";
-    const READ_MARK: &'static str = "SELECT max_timestamp FROM leaf_workerid_alloc WHERE id = ?";
+    const READ_MARK: &'static str = "SELECT max_timestamp FROM leaf_workerid_alloc \
+         WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID()";
     const RAISE_MARK: &'static str = "UPDATE leaf_workerid_alloc \
-         SET max_timestamp = GREATEST(COALESCE(max_timestamp, 0), ?) WHERE id = ?";
-    const FINAL_MARK: &'static str =
-        "UPDATE leaf_workerid_alloc SET max_timestamp = ? WHERE id = ?";
+         SET max_timestamp = GREATEST(COALESCE(max_timestamp, 0), ?) \
+         WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID()";
+    const FINAL_MARK: &'static str = "UPDATE leaf_workerid_alloc SET max_timestamp = ? \
+         WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID()";
     const LOCK_KIND: &'static str = "mysql lock";
     const RESET_IDS: &'static str = "reset its AUTO_INCREMENT";
 
@@ -36,6 +41,7 @@ impl RegistryDialect for MysqlDialect {
                 .bind(&ip_port)
                 .bind(&identity.ip)
                 .bind(identity.port.to_string())
+                .persistent(false)
                 .execute(pool)
                 .await;
         match inserted {
@@ -43,6 +49,11 @@ impl RegistryDialect for MysqlDialect {
             Err(e) if classify(&e) == Some(ServerError::Duplicate) => Ok(None),
             Err(e) => Err(map_sqlx_at_start::<MysqlDialect>(e, &ip_port, KEY)),
         }
+    }
+
+    /// A binary string of the bytes, as text (`CONVERT(X'..' USING utf8mb4)`).
+    fn text_literal(hex: &str) -> String {
+        format!("CONVERT(X'{hex}' USING utf8mb4)")
     }
 
     /// sqlx asks for found rows (`CLIENT_FOUND_ROWS`): a mark left as it was still counts.
@@ -75,25 +86,170 @@ impl RegistryDialect for MysqlDialect {
         conn: &mut MySqlConnection,
         idle_limit: Duration,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query("SET SESSION wait_timeout = ?")
-            .bind(idle_limit.as_secs().max(1))
+        let secs = i64::try_from(idle_limit.as_secs().max(1)).unwrap_or(i64::MAX);
+        let sql = inline::<Self>("SET SESSION wait_timeout = ?", &[Arg::Int(secs)]);
+        sqlx::raw_sql(AssertSqlSafe(sql))
             .execute(conn)
             .await
             .map(drop)
     }
 
-    /// `GET_LOCK`, which waits on the server (in whole seconds).
+    /// `GET_LOCK`, which waits on the server (in whole seconds), unless the session holds the
+    /// lock already (`GET_LOCK` would answer 1 again: user locks are re-entrant).
     async fn try_lock(
         conn: &mut MySqlConnection,
         name: &str,
         wait: Duration,
-    ) -> Result<bool, sqlx::Error> {
-        let wait_s = u32::try_from(wait.as_secs()).unwrap_or(u32::MAX);
-        let got: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
-            .bind(name)
-            .bind(wait_s)
-            .fetch_one(conn)
-            .await?;
-        Ok(got == Some(1))
+    ) -> Result<Locking, sqlx::Error> {
+        let wait_s = i64::try_from(wait.as_secs()).unwrap_or(i64::MAX);
+        let sql = inline::<Self>(
+            "SELECT CASE WHEN IS_USED_LOCK(?) = CONNECTION_ID() THEN 2 ELSE GET_LOCK(?, ?) END",
+            &[Arg::Text(name), Arg::Text(name), Arg::Int(wait_s)],
+        );
+        let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(conn).await?;
+        let got: Option<i64> = row.try_get(0)?;
+        Ok(match got {
+            Some(2) => Locking::Shared,
+            Some(1) => Locking::Taken,
+            _ => Locking::Busy,
+        })
+    }
+
+    async fn holds(conn: &mut MySqlConnection, name: &str) -> Result<bool, sqlx::Error> {
+        let sql = inline::<Self>(
+            "SELECT IS_USED_LOCK(?) = CONNECTION_ID()",
+            &[Arg::Text(name)],
+        );
+        let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(conn).await?;
+        let held: Option<i64> = row.try_get(0)?;
+        Ok(held == Some(1))
+    }
+
+    /// Refuses the deployments in which `GET_LOCK` guards nothing: Galera (`wsrep_on`) and
+    /// Group Replication in multi-primary mode, where each node grants its own locks; and
+    /// statement-based binary logging, whose replicas would run the mark's update without its
+    /// lock and skip it. Warns when commits are not flushed at once.
+    async fn check_deployment(conn: &mut MySqlConnection) -> Result<Vec<String>> {
+        let rows = sqlx::raw_sql(
+            "SHOW VARIABLES WHERE Variable_name IN ('wsrep_on', \
+             'group_replication_single_primary_mode', 'log_bin', 'binlog_format', \
+             'innodb_flush_log_at_trx_commit')",
+        )
+        .fetch_all(conn)
+        .await
+        .map_err(|e| map_sqlx::<MysqlDialect>(e, "the server's variables", KEY))?;
+        let mut vars = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let name: String = row
+                .try_get(0)
+                .map_err(|e| map_sqlx::<MysqlDialect>(e, "a variable", KEY))?;
+            let value: String = row
+                .try_get(1)
+                .map_err(|e| map_sqlx::<MysqlDialect>(e, "a variable", KEY))?;
+            vars.push((name.to_ascii_lowercase(), value.to_ascii_uppercase()));
+        }
+        deployment(&vars)
+    }
+
+    fn transport(options: &MySqlConnectOptions) -> Transport {
+        match options.get_socket() {
+            Some(path) => Transport::Unix(path.clone()),
+            None => Transport::Tcp(options.get_host().to_owned(), options.get_port()),
+        }
+    }
+}
+
+/// What the server's variables (`name`, `VALUE`) say of the deployment: an error for one in
+/// which the identity lock guards nothing, else the warnings to log.
+fn deployment(vars: &[(String, String)]) -> Result<Vec<String>> {
+    let var = |name: &str| {
+        vars.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let refuse = |what: &str| {
+        Err(Error::Config(format!(
+            "the mysql workerId mode cannot hold a node identity on this server: {what}; point \
+             [snowflake.mysql] at a single primary server, or use a workerId mode whose lock \
+             the whole cluster keeps (etcd, zk_recycle, zk_normal, redis)"
+        )))
+    };
+    if var("wsrep_on") == Some("ON") {
+        return refuse(
+            "it is a Galera cluster node (wsrep_on = ON), whose GET_LOCK locks are its own, so \
+             two nodes of the cluster could each grant one identity",
+        );
+    }
+    if var("group_replication_single_primary_mode") == Some("OFF") {
+        return refuse(
+            "Group Replication runs in multi-primary mode, whose GET_LOCK locks are each \
+             member's own, so two members could each grant one identity",
+        );
+    }
+    if var("log_bin") == Some("ON") && var("binlog_format") == Some("STATEMENT") {
+        return refuse(
+            "its binary log is statement-based (binlog_format = STATEMENT): a replica would run \
+             the mark's update without the identity lock, skip it, and hold an older mark after \
+             a fail-over; set binlog_format to ROW or MIXED",
+        );
+    }
+    let lax = var("innodb_flush_log_at_trx_commit").filter(|v| *v != "1");
+    Ok(lax
+        .map(|v| {
+            format!(
+                "innodb_flush_log_at_trx_commit = {v}: a crash of the MySQL server may lose its \
+                 last committed worker-id marks and segment allocations, and IDs issued under \
+                 them may repeat; with 1 it loses none"
+            )
+        })
+        .into_iter()
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn deployments_whose_locks_guard_nothing_are_refused_by_name() {
+        let check = |pairs: &[(&str, &str)], refused: Option<&str>| {
+            let r = deployment(&vars(pairs));
+            match refused {
+                None => assert!(r.is_ok(), "{pairs:?}: {r:?}"),
+                Some(word) => {
+                    let e = r.expect_err(word).to_string();
+                    assert!(e.contains(word), "{pairs:?}: {e}");
+                }
+            }
+        };
+        check(&[], None);
+        check(&[("wsrep_on", "OFF"), ("log_bin", "OFF")], None);
+        check(&[("wsrep_on", "ON")], Some("Galera"));
+        check(&[("group_replication_single_primary_mode", "ON")], None);
+        check(
+            &[("group_replication_single_primary_mode", "OFF")],
+            Some("multi-primary"),
+        );
+        check(&[("log_bin", "ON"), ("binlog_format", "MIXED")], None);
+        check(&[("log_bin", "OFF"), ("binlog_format", "STATEMENT")], None);
+        check(
+            &[("log_bin", "ON"), ("binlog_format", "STATEMENT")],
+            Some("statement-based"),
+        );
+        check(&[("innodb_flush_log_at_trx_commit", "2")], None);
+        let warned = deployment(&vars(&[("innodb_flush_log_at_trx_commit", "2")])).unwrap();
+        assert!(warned[0].contains("may repeat"), "{warned:?}");
+        assert!(
+            deployment(&vars(&[("innodb_flush_log_at_trx_commit", "1")]))
+                .unwrap()
+                .is_empty()
+        );
     }
 }

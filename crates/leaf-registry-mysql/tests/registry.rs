@@ -1,8 +1,9 @@
 //! The `mysql` workerId mode on a real server: what every SQL mode runs
 //! (`leaf_testkit::sql_cases::registry`: ids never burnt by a restart, the race on the unique
 //! key, the layout's range, the marks, a lost lock, the cache-file fallback), and what is
-//! MySQL's own: the fork's table, the cache files of the `local` mode and of older builds, and
-//! the final mark held up by a row lock.
+//! MySQL's own: the fork's table, the cache files of the `local` mode and of older builds, the
+//! final mark held up by a row lock, the server's own refusals of a claim (1040, 1226), and a
+//! Galera node refused at the claim.
 
 mod common;
 
@@ -12,7 +13,12 @@ use leaf_core::{Error, NodeIdentity, Renewal, WorkerIdRegistry};
 use leaf_registry_local::{LocalBackend, LocalRegistryConfig};
 use leaf_registry_mysql::LEAF_WORKERID_ALLOC_DDL;
 use leaf_testkit::RegistryFixture;
-use leaf_testkit::sql::unreachable_registry;
+use leaf_testkit::identity_cases::authority;
+use leaf_testkit::provision::{self, MYSQL};
+use leaf_testkit::sql::{database_on, unreachable_registry};
+use leaf_testkit::sql_cases::hold::{
+    a_claim_that_reached_the_server_never_starts_from_the_cache_file as never_offline, tight,
+};
 use leaf_testkit::sql_cases::{now_ms, request};
 use serde_json::json;
 
@@ -187,8 +193,8 @@ async fn a_late_final_mark_never_lands_under_the_next_holder() {
 }
 
 /// With the fence a renewal counts once its row write matched the row: a mark left as it was
-/// (`GREATEST` of an equal or lower mark changes nothing) still counts, and a missing row does
-/// not.
+/// (`GREATEST` of an equal or lower mark changes nothing) still counts, and a missing row loses
+/// the lease (the write proved nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_fence_an_unchanged_mark_counts_and_a_missing_row_does_not() {
     let fix = Fix::new().await;
@@ -208,6 +214,116 @@ async fn with_the_fence_an_unchanged_mark_counts_and_a_missing_row_does_not() {
     fix.db
         .exec(&format!("DELETE FROM leaf_workerid_alloc WHERE id = {id}"))
         .await;
-    let e = node.renew(&lease, m + 1000).await.unwrap_err();
-    assert!(e.to_string().contains("no leaf_workerid_alloc row"), "{e}");
+    assert_eq!(
+        node.renew(&lease, m + 1000).await.unwrap(),
+        Renewal::LeaseLost
+    );
+}
+
+/// `url` with its credentials replaced by `user:password`.
+fn as_user(url: &str, user: &str, password: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let (_, host) = rest.rsplit_once('@').expect("credentials");
+    format!("{scheme}://{user}:{password}@{host}")
+}
+
+/// A user of the test's own, `WITH` the resource limits given (or none), allowed every
+/// statement on the test's database: its URL. Dropped by [`drop_user`].
+async fn user(fix: &Fix, name: &str, with: &str) -> String {
+    fix.db
+        .exec(&format!(
+            "CREATE USER '{name}'@'%' IDENTIFIED BY 'pw' {with}"
+        ))
+        .await;
+    fix.db
+        .exec(&format!("GRANT ALL ON `{}`.* TO '{name}'@'%'", fix.db.name))
+        .await;
+    as_user(&fix.db.url, name, "pw")
+}
+
+async fn drop_user(fix: &Fix, name: &str) {
+    fix.db.exec(&format!("DROP USER '{name}'@'%'")).await;
+}
+
+/// MariaDB's 1040 (too many connections: `max_connections` lowered once A holds its
+/// connections, on a server of the test's own), met by B's user: the server answered, so B
+/// does not start from its cache file (issue 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_connections_1040_is_a_server_reached() {
+    let server = provision::dedicated(&MYSQL)
+        .await
+        .unwrap_or_else(|e| panic!("no container for the 1040 test: {e}"));
+    let fix = Fix::on(database_on::<Backend>(server.endpoint()).await);
+    let url = user(&fix, "b1040", "").await;
+    let mut admin = fix.db.session().await;
+    // MariaDB's least max_connections is 10: ten sessions more fill it whatever else is open.
+    let mut filling = Vec::new();
+    for _ in 0..10 {
+        filling.push(fix.db.session().await);
+    }
+    let e = never_offline(&fix, &url, tight(), async || {
+        // The connections open now stay; every new one is refused with 1040 (root's sessions
+        // would get one extra).
+        admin.exec("SET GLOBAL max_connections = 10").await;
+    })
+    .await;
+    admin.exec("SET GLOBAL max_connections = 151").await;
+    for session in filling {
+        session.close().await;
+    }
+    let text = e.to_string();
+    assert!(
+        text.contains("refuses connections") && text.contains("could be opened"),
+        "{text}"
+    );
+    drop_user(&fix, "b1040").await;
+    drop(fix);
+    server.remove().await.expect("remove the container");
+}
+
+/// Statements the server refuses once the connection opened (B's user may run one statement
+/// an hour; the session's setup or the claim's next statement meets 1226): reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_the_server_refuses_after_connecting_1226_are_a_server_reached() {
+    let fix = Fix::new().await;
+    let name = format!("q{}", &fix.db.name[fix.db.name.len() - 8..]);
+    let url = user(&fix, &name, "WITH MAX_QUERIES_PER_HOUR 1").await;
+    let e = never_offline(&fix, &url, tight(), async || {}).await;
+    eprintln!("B's claim with one statement an hour: {e}");
+    assert!(e.to_string().contains("1226"), "{e}");
+    drop_user(&fix, &name).await;
+}
+
+/// A Galera node (a one-node cluster of the testbed's MariaDB with its galera-4 provider, as in
+/// the official image): its `GET_LOCK` locks are its own, so the claim is refused, naming it
+/// (issue 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_galera_node_is_refused_at_the_claim_naming_it() {
+    let server = provision::dedicated_with(
+        &MYSQL,
+        &[
+            "--wsrep-on=ON",
+            "--wsrep-provider=/usr/lib/galera/libgalera_smm.so",
+            "--wsrep-cluster-address=gcomm://",
+            "--binlog-format=ROW",
+            "--innodb-autoinc-lock-mode=2",
+        ],
+    )
+    .await
+    .unwrap_or_else(|e| panic!("no Galera container: {e}"));
+    let fix = Fix::on(database_on::<Backend>(server.endpoint()).await);
+    let node = fix.node().await;
+    let e = node
+        .acquire(&request(fix.identity(1), 1023))
+        .await
+        .expect_err(&format!(
+            "a claim on the Galera node at {}",
+            authority(&fix.db.url)
+        ));
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("Galera") && m.contains("wsrep_on")),
+        "{e}"
+    );
+    drop(fix);
+    server.remove().await.expect("remove the container");
 }

@@ -80,6 +80,7 @@ impl Dialect for PostgresDialect {
             let mut tx = pool.begin().await?;
             sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
                 .bind(format!("leaf_create_table:{table}"))
+                .persistent(false)
                 .execute(&mut *tx)
                 .await?;
             let found = table_exists(&mut *tx, table).await?;
@@ -106,8 +107,11 @@ async fn table_exists<'c>(
     conn: impl sqlx::PgExecutor<'c>,
     table: &str,
 ) -> std::result::Result<bool, sqlx::Error> {
+    // Start-up statements are not kept prepared: nothing is saved, and no name of them clashes
+    // with another client's behind a pooler.
     sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(table)
+        .persistent(false)
         .fetch_one(conn)
         .await
 }

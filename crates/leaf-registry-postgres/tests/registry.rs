@@ -2,7 +2,8 @@
 //! (`leaf_testkit::sql_cases::registry`: ids never burnt by a restart, the race of first
 //! starts, the layout's range, the marks, a lost lock, the cache-file fallback), and what is
 //! PostgreSQL's own: the race to create the table, rows copied in with their ids, the identity
-//! lock through a crash and a lost session, and another mode's cache file.
+//! lock through a crash and a lost session, another mode's cache file, the server's own
+//! refusals of a claim (53300, a session setup it refuses), and PgBouncer in transaction mode.
 
 mod common;
 
@@ -11,8 +12,15 @@ use std::time::Duration;
 use leaf_core::{Error, NodeIdentity, Renewal};
 use leaf_registry_postgres::LEAF_WORKERID_ALLOC_DDL;
 use leaf_testkit::RegistryFixture;
-use leaf_testkit::sql::unreachable_registry;
+use leaf_testkit::identity_cases::through;
+use leaf_testkit::provision::{self, POSTGRES};
+use leaf_testkit::sql::{config_of, unreachable_registry};
+use leaf_testkit::sql_cases::hold::{
+    a_claim_that_reached_the_server_never_starts_from_the_cache_file as never_offline, earlier_run,
+    tight,
+};
 use leaf_testkit::sql_cases::{now_ms, request};
+use serde_json::json;
 
 use common::{Backend, Fix};
 
@@ -178,4 +186,133 @@ async fn another_modes_cache_file_is_never_used() {
         matches!(&e, Error::Unavailable(m) if m.contains("holds no worker id")),
         "{e}"
     );
+}
+
+/// A login role of the test's own (`options`: `CONNECTION LIMIT 0`, say) on the test's
+/// database: its URL. Dropped by [`drop_role`].
+async fn role(fix: &Fix, name: &str, options: &str) -> String {
+    fix.db
+        .exec(&format!("CREATE ROLE {name} LOGIN PASSWORD 'pw' {options}"))
+        .await;
+    fix.db
+        .exec(&format!("GRANT ALL ON SCHEMA public TO {name}"))
+        .await;
+    let (scheme, rest) = fix.db.url.split_once("://").expect("a URL");
+    let (_, host) = rest.rsplit_once('@').expect("credentials");
+    format!("{scheme}://{name}:pw@{host}")
+}
+
+async fn drop_role(fix: &Fix, name: &str) {
+    fix.db
+        .exec(&format!("REVOKE ALL ON SCHEMA public FROM {name}"))
+        .await;
+    fix.db.exec(&format!("DROP ROLE {name}")).await;
+}
+
+/// A role name of the test's own (roles belong to the whole server).
+fn role_name(fix: &Fix, what: &str) -> String {
+    format!("{what}_{}", &fix.db.name[fix.db.name.len() - 8..])
+}
+
+/// PostgreSQL's 53300 (too many connections, here for B's role, whose limit is 0): the server
+/// answered, so B does not start from its cache file (issue 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_connections_53300_is_a_server_reached() {
+    let fix = Fix::new().await;
+    let name = role_name(&fix, "full");
+    let url = role(&fix, &name, "CONNECTION LIMIT 0").await;
+    let e = never_offline(&fix, &url, tight(), async || {}).await;
+    let text = e.to_string();
+    assert!(
+        text.contains("refuses connections") && text.contains("could be opened"),
+        "{text}"
+    );
+    drop_role(&fix, &name).await;
+}
+
+/// A session setup the server refuses (`set_config`, which sets the lock session's idle limit,
+/// revoked from B's role in the test's database: 42501): reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_setup_the_server_refuses_is_a_server_reached() {
+    let fix = Fix::new().await;
+    let name = role_name(&fix, "nosetup");
+    let url = role(&fix, &name, "").await;
+    fix.db
+        .exec("REVOKE EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) FROM PUBLIC")
+        .await;
+    let e = never_offline(&fix, &url, tight(), async || {}).await;
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("refused")),
+        "{e}"
+    );
+    drop_role(&fix, &name).await;
+}
+
+/// Two processes of one identity through a real PgBouncer in transaction mode (issue 32): an
+/// advisory lock belongs to a server session, which the pooler hands to whichever client runs
+/// a transaction, so "the" lock could be held by both (`pg_try_advisory_lock` answers true
+/// again on the session that holds it). They never both start, and the lock's own reads say
+/// why. With PgBouncer's defaults the first starts and the second is refused: its server
+/// session held the lock before it asked (or another session holds it). With
+/// `server_reset_query_always = 1` every transaction ends with `DISCARD ALL`, which frees the
+/// lock at once: each claim's next statement does not hold it, and both are refused. Each has
+/// a cache file from an earlier run: a claim whose statements PgBouncer broke was taken for a
+/// server that cannot be reached, and both started from their files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_pgbouncer_in_transaction_mode_one_identity_is_never_held_twice() {
+    let server = provision::shared(&POSTGRES)
+        .await
+        .unwrap_or_else(|e| panic!("no postgres server for the tests: {e}"));
+    let reset_always: &[&str] = &[
+        "server_reset_query = DISCARD ALL",
+        "server_reset_query_always = 1",
+    ];
+    for settings in [&[][..], reset_always] {
+        let fix = Fix::new().await;
+        let bouncer = provision::pgbouncer(&server, "transaction", settings)
+            .await
+            .unwrap_or_else(|e| panic!("no pgbouncer: {e}"));
+        let url = through(&fix.db.url, &bouncer.address);
+        // One pooled connection: sqlx's pool may open a second while the first is on its way
+        // back, and PgBouncer may hand a statement's two round trips to two server sessions.
+        let changes =
+            json!({ "connect_timeout_ms": 3000, "timeout_ms": 3000, "max_connections": 1 });
+        let config = config_of::<Backend>(&url, changes);
+        let me = fix.identity(9);
+        // Each has run before, so that each could start from its cache file.
+        let (dir_a, _) = earlier_run(&fix, &me).await;
+        let (dir_b, _) = earlier_run(&fix, &me).await;
+        let a = fix.registry_with(dir_a, &config);
+        let first = a.acquire(&request(me.clone(), 1023)).await;
+        let b = fix.registry_with(dir_b, &config);
+        let second = b.acquire(&request(me.clone(), 1023)).await;
+        eprintln!("through PgBouncer {settings:?}: the first {first:?}, the second {second:?}");
+        assert!(
+            !(first.is_ok() && second.is_ok()),
+            "{settings:?}: both processes hold {me} through PgBouncer\n{}",
+            bouncer.log()
+        );
+        let refused = second.expect_err("the second process").to_string();
+        match first {
+            Ok(lease) => {
+                assert!(settings.is_empty(), "{settings:?}: the first started");
+                assert!(
+                    refused.contains("held it before it asked")
+                        || refused.contains("in use by another live process"),
+                    "{refused}"
+                );
+                a.release(&lease, now_ms()).await.expect("the release");
+            }
+            Err(e) => {
+                assert!(
+                    !settings.is_empty(),
+                    "the first was refused: {e}\n{}",
+                    bouncer.log()
+                );
+                for e in [e.to_string(), refused] {
+                    assert!(e.contains("did not hold it in its next statement"), "{e}");
+                }
+            }
+        }
+    }
 }

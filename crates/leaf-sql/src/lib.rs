@@ -3,6 +3,7 @@
 
 mod config;
 mod error;
+mod inline;
 mod queries;
 mod registry;
 mod rows;
@@ -12,8 +13,9 @@ pub use config::{Settings, SqlConfig, fmt_config, parse_url, ssl_mode, validate_
 pub use error::{
     CONFLICT_ATTEMPTS, ServerError, map_sqlx, map_sqlx_at_start, retry_conflicts, worker_id_of,
 };
+pub use inline::{Arg, inline};
 pub use queries::Queries;
-pub use registry::{RegistryDialect, SqlBackend, SqlRegistry};
+pub use registry::{RegistryDialect, SqlBackend, SqlRegistry, Transport, reachable};
 pub use rows::{not_found, record, records};
 pub use store::{SqlStore, StoreDialect};
 

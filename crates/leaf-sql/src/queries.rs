@@ -4,11 +4,15 @@
 
 use async_trait::async_trait;
 use leaf_core::{
-    Allocation, Error, MarkWrite, NewTag, Result, Tag, TagRecord, TagUpdate, clamp_step,
+    Allocation, Error, MarkRow, MarkWrite, NewTag, Proof, Result, Tag, TagRecord, TagUpdate,
+    clamp_step,
 };
+use sqlx::AssertSqlSafe;
+use sqlx::database::HasStatementCache;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use crate::error::{map_sqlx, map_sqlx_at_start, retry_conflicts, worker_id_of};
+use crate::inline::{Arg, inline};
 use crate::rows::{not_found, positive_step, record, records};
 use crate::{Conn, Dialect, KEY, RegistryDialect, StoreDialect};
 
@@ -44,15 +48,17 @@ pub trait Queries: StoreDialect + RegistryDialect {
         pool: &Pool<Self::Db>,
         ip_port: &str,
     ) -> Result<Option<(u64, Option<i64>)>>;
-    /// The stored mark of `worker_id`, read on `conn`.
-    async fn read_mark(conn: &mut Conn<Self>, worker_id: u64) -> Result<Option<u64>>;
-    /// Writes the mark of `worker_id` on `conn`; an error if its row is missing.
+    /// The stored mark of `row`, read on `conn` if its session holds the row's lock and the
+    /// row is the identity's.
+    async fn read_mark(conn: &mut Conn<Self>, row: MarkRow<'_>) -> Result<Proof<Option<u64>>>;
+    /// Writes the mark of `row` on `conn` if its session holds the row's lock and the row is
+    /// the identity's.
     async fn write_mark(
         conn: &mut Conn<Self>,
-        worker_id: u64,
+        row: MarkRow<'_>,
         mark_ms: u64,
         how: MarkWrite,
-    ) -> Result<()>;
+    ) -> Result<Proof<()>>;
 }
 
 fn signed(n: u64) -> i64 {
@@ -69,6 +75,7 @@ where
     for<'r> String: Decode<'r, D::Db> + Type<D::Db>,
     for<'r> i64: Decode<'r, D::Db> + Encode<'r, D::Db> + Type<D::Db>,
     for<'r> Option<i64>: Encode<'r, D::Db>,
+    D::Db: HasStatementCache,
 {
     async fn run_at_start(pool: &Pool<D::Db>, sql: &'static str, what: &str) -> Result<()> {
         sqlx::query::<D::Db>(sql)
@@ -169,8 +176,10 @@ where
         ip_port: &str,
     ) -> Result<Option<(u64, Option<i64>)>> {
         let err = |e| map_sqlx_at_start::<D>(e, ip_port, KEY);
+        // Not kept prepared: a start-up statement, run once.
         let row = sqlx::query::<D::Db>(D::SELECT_WORKER)
             .bind(ip_port)
+            .persistent(false)
             .fetch_optional(pool)
             .await
             .map_err(err)?;
@@ -182,46 +191,57 @@ where
         .transpose()
     }
 
-    async fn read_mark(conn: &mut Conn<D>, worker_id: u64) -> Result<Option<u64>> {
-        let row = sqlx::query::<D::Db>(D::READ_MARK)
-            .bind(signed(worker_id))
+    // Simple queries with their values inlined (`crate::inline`): see there why.
+    async fn read_mark(conn: &mut Conn<D>, row: MarkRow<'_>) -> Result<Proof<Option<u64>>> {
+        let err = |e| map_sqlx::<D>(e, "leaf_workerid_alloc", KEY);
+        let sql = inline::<D>(
+            D::READ_MARK,
+            &[
+                Arg::Int(signed(row.worker_id)),
+                Arg::Text(row.identity),
+                Arg::Text(row.lock),
+            ],
+        );
+        let found = sqlx::raw_sql(AssertSqlSafe(sql))
             .fetch_optional(&mut *conn)
             .await
-            .map_err(|e| map_sqlx::<D>(e, "leaf_workerid_alloc", KEY))?;
-        let mark: Option<i64> = match row {
-            Some(r) => r
-                .try_get("max_timestamp")
-                .map_err(|e| map_sqlx::<D>(e, "leaf_workerid_alloc", KEY))?,
-            None => None,
+            .map_err(err)?;
+        let Some(found) = found else {
+            return Ok(Proof::NotHeld);
         };
-        Ok(mark.and_then(|m| u64::try_from(m).ok()))
+        let mark: Option<i64> = found.try_get("max_timestamp").map_err(err)?;
+        Ok(Proof::Held(mark.and_then(|m| u64::try_from(m).ok())))
     }
 
     async fn write_mark(
         conn: &mut Conn<D>,
-        worker_id: u64,
+        row: MarkRow<'_>,
         mark_ms: u64,
         how: MarkWrite,
-    ) -> Result<()> {
+    ) -> Result<Proof<()>> {
         let sql = match how {
             MarkWrite::Raise => D::RAISE_MARK,
             MarkWrite::Final => D::FINAL_MARK,
         };
-        let done = sqlx::query::<D::Db>(sql)
-            .bind(signed(mark_ms))
-            .bind(signed(worker_id))
+        let sql = inline::<D>(
+            sql,
+            &[
+                Arg::Int(signed(mark_ms)),
+                Arg::Int(signed(row.worker_id)),
+                Arg::Text(row.identity),
+                Arg::Text(row.lock),
+            ],
+        );
+        let done = sqlx::raw_sql(AssertSqlSafe(sql))
             .execute(&mut *conn)
             .await
             .map_err(|e| map_sqlx::<D>(e, "leaf_workerid_alloc", KEY))?;
-        // A mark left as it was still counts (MySQL is asked for found rows): 0 means the row
-        // is gone.
-        if D::rows_affected(&done) == 0 {
-            return Err(Error::backend(
-                D::NAME,
-                format!("worker id {worker_id} has no leaf_workerid_alloc row"),
-            ));
-        }
-        Ok(())
+        // A mark left as it was still counts (MySQL is asked for found rows): 0 means the lock
+        // is not this session's, or the row is gone or another identity's.
+        Ok(match D::rows_affected(&done) {
+            0 => Proof::NotHeld,
+            _ => Proof::Held(()),
+        })
     }
 }
 

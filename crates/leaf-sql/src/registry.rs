@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leaf_core::{
     AcquireRequest, CachedRegistry, ClaimError, Error, HeldIdentity, IdentitySettings, Lease,
-    MarkWrite, NodeIdentity, RegistryCapabilities, Renewal, Result, SessionLock, WorkerIdBackend,
-    bounded, session_idle_limit,
+    Locking, MarkRow, MarkWrite, NodeIdentity, Proof, RegistryCapabilities, Renewal, Result,
+    SessionLock, WorkerIdBackend, bounded, session_idle_limit,
 };
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 
@@ -20,18 +20,25 @@ use crate::store::{ensure_table, type_name};
 use crate::{Conn, Dialect, KEY, Options, Queries, SqlConfig};
 
 /// A dialect's part of the workerId mode: `leaf_workerid_alloc`'s DDL and statements, and its
-/// identity lock. `?n` below is the dialect's n-th placeholder.
+/// identity lock. `?n` below is the dialect's n-th placeholder. "The lock `?n` is this
+/// session's" is a condition on the session that runs the statement, in the statement itself
+/// (`IS_USED_LOCK(?n) = CONNECTION_ID()`), so that a pooler that runs it on another server
+/// session than the lock's makes it find nothing. The lock's session runs its statements as
+/// simple queries with their values inlined ([`inline`](crate::inline)).
 #[async_trait]
 pub trait RegistryDialect: Dialect {
     /// `leaf_workerid_alloc`'s DDL, run only when the table is missing.
     const LEAF_WORKERID_ALLOC_DDL: &'static str;
     /// `id` (a `bigint`) and `max_timestamp` of the row of `ip_port` `?1`.
     const SELECT_WORKER: &'static str;
-    /// `max_timestamp` of worker id `?1`.
+    /// `max_timestamp` of worker id `?1` whose `ip_port` is `?2`, if the lock `?3` is this
+    /// session's: no row otherwise.
     const READ_MARK: &'static str;
-    /// Raises `max_timestamp` of worker id `?2` to `?1` (`GREATEST`).
+    /// Raises `max_timestamp` of worker id `?2` whose `ip_port` is `?3` to `?1` (`GREATEST`),
+    /// if the lock `?4` is this session's.
     const RAISE_MARK: &'static str;
-    /// Sets `max_timestamp` of worker id `?2` to `?1`.
+    /// Sets `max_timestamp` of worker id `?2` whose `ip_port` is `?3` to `?1`, if the lock `?4`
+    /// is this session's.
     const FINAL_MARK: &'static str;
     /// The identity lock as messages name it (`mysql lock`).
     const LOCK_KIND: &'static str;
@@ -41,6 +48,9 @@ pub trait RegistryDialect: Dialect {
     /// Inserts the `leaf_workerid_alloc` row of `identity`: its id, or `None` if another
     /// process inserted it first. Errors are Leaf's, as at start-up.
     async fn insert_worker(pool: &Pool<Self::Db>, identity: &NodeIdentity) -> Result<Option<u64>>;
+    /// The literal of a text given as the hex of its bytes (MySQL's `X'..'` converted to a
+    /// string), for [`inline`](crate::inline).
+    fn text_literal(hex: &str) -> String;
     /// The rows a statement changed (or matched: an unchanged value counts).
     fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
     /// The name of the identity lock of `identity` on the server of `options`.
@@ -51,17 +61,57 @@ pub trait RegistryDialect: Dialect {
         None
     }
     /// Sets what an identity lock's session needs: the server ends it after `idle_limit`
-    /// without a statement.
+    /// without a statement. Like every statement of the lock's session, a simple query
+    /// ([`inline`](crate::inline)).
     async fn prepare_session(
         conn: &mut Conn<Self>,
         idle_limit: Duration,
     ) -> Result<(), sqlx::Error>;
-    /// Takes the lock `name` on `conn`, waiting up to `wait`: whether `conn` holds it.
+    /// Takes the lock `name` on `conn`, a session just opened, waiting up to `wait`; in the
+    /// same statement, finds a lock the session held before it asked
+    /// ([`Locking::Shared`]).
     async fn try_lock(
         conn: &mut Conn<Self>,
         name: &str,
         wait: Duration,
-    ) -> Result<bool, sqlx::Error>;
+    ) -> Result<Locking, sqlx::Error>;
+    /// Whether the lock `name` is `conn`'s session's.
+    async fn holds(conn: &mut Conn<Self>, name: &str) -> Result<bool, sqlx::Error>;
+    /// Refuses a deployment of the server in which the identity lock guards nothing, else
+    /// says what to warn of (a setting that loses committed marks in a crash); the default
+    /// accepts every one.
+    async fn check_deployment(conn: &mut Conn<Self>) -> Result<Vec<String>> {
+        let _ = conn;
+        Ok(Vec::new())
+    }
+    /// Where the server of `options` listens.
+    fn transport(options: &Options<Self>) -> Transport;
+}
+
+/// Where a server listens: what [`reachable`] tries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// A host name or address, and a port.
+    Tcp(String, u16),
+    /// A Unix socket's path.
+    Unix(PathBuf),
+}
+
+/// Whether a connection to `transport` can be opened within `timeout`; it is closed at once,
+/// without a word of the server's protocol.
+pub async fn reachable(transport: &Transport, timeout: Duration) -> bool {
+    let opened = async {
+        match transport {
+            Transport::Tcp(host, port) => tokio::net::TcpStream::connect((host.as_str(), *port))
+                .await
+                .map(drop),
+            #[cfg(unix)]
+            Transport::Unix(path) => tokio::net::UnixStream::connect(path).await.map(drop),
+            #[cfg(not(unix))]
+            Transport::Unix(_) => Err(std::io::ErrorKind::Unsupported.into()),
+        }
+    };
+    matches!(tokio::time::timeout(timeout, opened).await, Ok(Ok(())))
 }
 
 /// The workerId mode of dialect `D` with the worker-id cache file: what the server runs.
@@ -212,24 +262,41 @@ impl<D: Queries> SessionLock for SqlLock<D> {
         Ok(conn)
     }
 
-    async fn try_lock(&self, conn: &mut Conn<D>, name: &str, wait: Duration) -> Result<bool> {
+    async fn reachable(&self, timeout: Duration) -> bool {
+        reachable(&D::transport(&self.options), timeout).await
+    }
+
+    async fn try_lock(&self, conn: &mut Conn<D>, name: &str, wait: Duration) -> Result<Locking> {
         D::try_lock(conn, name, wait)
             .await
             .map_err(|e| map_sqlx::<D>(e, "the identity lock", KEY))
     }
 
-    async fn read_mark(&self, conn: &mut Conn<D>, worker_id: u64) -> Result<Option<u64>> {
-        D::read_mark(conn, worker_id).await
+    async fn holds(&self, conn: &mut Conn<D>, name: &str) -> Result<bool> {
+        D::holds(conn, name)
+            .await
+            .map_err(|e| map_sqlx::<D>(e, "the identity lock", KEY))
+    }
+
+    async fn check_deployment(&self, conn: &mut Conn<D>) -> Result<()> {
+        for warning in D::check_deployment(conn).await? {
+            tracing::warn!(backend = D::NAME, "{warning}");
+        }
+        Ok(())
+    }
+
+    async fn read_mark(&self, conn: &mut Conn<D>, row: MarkRow<'_>) -> Result<Proof<Option<u64>>> {
+        D::read_mark(conn, row).await
     }
 
     async fn write_mark(
         &self,
         conn: &mut Conn<D>,
-        worker_id: u64,
+        row: MarkRow<'_>,
         mark_ms: u64,
         how: MarkWrite,
-    ) -> Result<()> {
-        D::write_mark(conn, worker_id, mark_ms, how).await
+    ) -> Result<Proof<()>> {
+        D::write_mark(conn, row, mark_ms, how).await
     }
 
     async fn close(&self, conn: Conn<D>) {
@@ -265,7 +332,12 @@ impl<D: Queries> WorkerIdBackend for SqlBackend<D> {
         // start, whoever inserts the row.
         let lock = self
             .held
-            .lock_for_claim(&name, START_LOCK_WAIT, idle_limit)
+            .lock_for_claim(
+                &req.identity.to_string(),
+                &name,
+                START_LOCK_WAIT,
+                idle_limit,
+            )
             .await?
             .ok_or_else(|| {
                 Error::AlreadyExists(format!(
@@ -303,7 +375,13 @@ impl<D: Queries> WorkerIdBackend for SqlBackend<D> {
         let name = self.lock_name(&req.identity);
         let idle_limit = session_idle_limit(req.renew_period);
         self.held
-            .hold_offline(&name, lease.prev_mark_ms, idle_limit, cause)
+            .hold_offline(
+                &req.identity.to_string(),
+                &name,
+                lease.prev_mark_ms,
+                idle_limit,
+                cause,
+            )
             .await?;
         Ok(lease)
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leaf_core::{NodeIdentity, SystemClock, WorkerIdRegistry};
+use leaf_core::{Lease, NodeIdentity, SystemClock, WorkerIdRegistry};
 use leaf_snowflake::{Snowflake, SnowflakeConfig};
 use tokio::task::JoinHandle;
 
@@ -48,16 +48,7 @@ pub async fn a_second_process_never_starts_from_its_cache_file(
     let identity = NodeIdentity::new("10.0.0.3", 8080);
     // An earlier run of B's process leaves X's worker id in its cache directory.
     let b_dir = dirs.new_dir();
-    let earlier = normal(b_dir.clone(), url);
-    let req = crate::registry_cases::request(identity.clone(), 1023);
-    let lease = earlier.acquire(&req).await.expect("the earlier run");
-    let renewed = earlier.renew(&lease, now_ms() + 3000).await;
-    assert!(renewed.as_ref().is_ok_and(|r| r.is_ok()), "{renewed:?}");
-    earlier
-        .release(&lease, now_ms())
-        .await
-        .expect("the earlier run's release");
-    drop(earlier);
+    let lease = earlier_run(normal(b_dir.clone(), url).as_ref(), &identity).await;
 
     let a = start(normal(dirs.new_dir(), url), &identity)
         .await
@@ -89,6 +80,21 @@ pub async fn a_second_process_never_starts_from_its_cache_file(
     }
     a.next_id().await.expect("A still issues");
     a.shutdown().await.expect("A's release");
+}
+
+/// An earlier run of a process on `registry`: it held `identity`, renewed its mark and
+/// released it, so that the registry's cache directory holds the identity's worker id and a
+/// mark to start from. The lease it had.
+pub async fn earlier_run(registry: &dyn WorkerIdRegistry, identity: &NodeIdentity) -> Lease {
+    let req = crate::registry_cases::request(identity.clone(), 1023);
+    let lease = registry.acquire(&req).await.expect("the earlier run");
+    let renewed = registry.renew(&lease, now_ms() + 3000).await;
+    assert!(renewed.as_ref().is_ok_and(|r| r.is_ok()), "{renewed:?}");
+    registry
+        .release(&lease, now_ms())
+        .await
+        .expect("the earlier run's release");
+    lease
 }
 
 /// What a start of B came to, for the log; panics if B issued an ID.

@@ -196,6 +196,18 @@ macro_rules! sql_registry_tests {
             debug_output_hides_the_password,
             a_second_process_whose_lock_wait_runs_out_never_starts_from_its_cache_file,
         );
+        $crate::sql_tests!($backend, hold;
+            a_connection_attempt_no_one_answers_starts_from_the_cache_file,
+            a_server_that_accepts_and_never_answers_was_reached,
+            refused_credentials_were_reached,
+            after_losing_its_identity_a_node_never_starts_from_its_cache_file,
+            a_kept_lock_session_is_proved_before_it_is_reused,
+            a_worker_id_given_to_another_identity_loses_the_lease_with_the_fence =
+                a_worker_id_given_to_another_identity_loses_the_lease(true),
+            a_worker_id_given_to_another_identity_loses_the_lease_without_the_fence =
+                a_worker_id_given_to_another_identity_loses_the_lease(false),
+            mark_statements_prove_the_lock_and_the_identity,
+        );
     };
 }
 

@@ -19,11 +19,12 @@ use crate::fixture::NodeDirs;
 use crate::provision::{self, Endpoint, ServerKind, SqlDatabase};
 use crate::{RegistryFixture, StoreFixture};
 
-/// A SQL backend under test: its descriptor, its server, and the two statements on its
-/// identity lock that tests run themselves.
+/// A SQL backend under test: its dialect, its server, and the two statements on its identity
+/// lock that tests run themselves.
 pub trait SqlBackend: Send + Sync + 'static {
-    /// The backend's descriptor (`leaf_registry_mysql::Mysql`).
-    type Descriptor: Backend;
+    /// The backend's dialect (`leaf_registry_mysql::MysqlDialect`), whose descriptor
+    /// (`leaf_sql::Sql`) the tests open stores and registries with.
+    type Dialect: leaf_sql::Queries;
     /// Its server ([`provision::MYSQL`]).
     const SERVER: &'static ServerKind;
     /// A query of the session (an integer) that holds `identity`'s lock: no row, or null,
@@ -34,7 +35,10 @@ pub trait SqlBackend: Send + Sync + 'static {
 }
 
 /// The configuration type of `B`.
-pub type Config<B> = <<B as SqlBackend>::Descriptor as Backend>::Config;
+pub type Config<B> = <Descriptor<B> as Backend>::Config;
+
+/// The descriptor of `B`.
+pub type Descriptor<B> = leaf_sql::Sql<<B as SqlBackend>::Dialect>;
 
 /// The defaults of `B` with `url`, then `changes` (an object of the configuration's keys).
 pub fn config_of<B: SqlBackend>(url: &str, changes: Value) -> Config<B> {
@@ -62,7 +66,7 @@ pub fn unreachable_url<B: SqlBackend>() -> String {
 
 /// `B`'s registry on `config`, its cache file in `dir`, for the leaf name `leaf`.
 pub fn registry_of<B: SqlBackend>(config: &Config<B>, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
-    B::Descriptor::open_registry(config, &dir, "leaf")
+    Descriptor::<B>::open_registry(config, &dir, "leaf")
         .expect("registry")
         .worker
 }
@@ -80,7 +84,7 @@ pub fn unreachable_registry<B: SqlBackend>(dir: &std::path::Path) -> Arc<dyn Wor
 pub async fn store_of<B: SqlBackend>(
     config: &Config<B>,
 ) -> leaf_core::Result<Arc<dyn SegmentStore>> {
-    B::Descriptor::open_store(config, "leaf").await
+    Descriptor::<B>::open_store(config, "leaf").await
 }
 
 /// A new database on `B`'s shared server; fails the test loudly if there is no server.

@@ -10,7 +10,7 @@ use leaf_testkit::provision::{self, ServerKind};
 pub struct Backend;
 
 impl leaf_testkit::sql::SqlBackend for Backend {
-    type Descriptor = leaf_registry_mysql::Mysql;
+    type Dialect = leaf_registry_mysql::MysqlDialect;
     const SERVER: &'static ServerKind = &provision::MYSQL;
 
     fn lock_holder(identity: &NodeIdentity) -> String {

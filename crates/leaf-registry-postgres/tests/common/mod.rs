@@ -10,7 +10,7 @@ use leaf_testkit::provision::{self, ServerKind};
 pub struct Backend;
 
 impl leaf_testkit::sql::SqlBackend for Backend {
-    type Descriptor = leaf_registry_postgres::Postgres;
+    type Dialect = leaf_registry_postgres::PostgresDialect;
     const SERVER: &'static ServerKind = &provision::POSTGRES;
 
     /// The server process holding the advisory lock in this database.

@@ -45,6 +45,7 @@ use tokio::sync::OnceCell;
 mod etcd;
 mod leaf_server;
 mod mysql;
+mod pgbouncer;
 mod postgres;
 mod reap;
 mod redis;
@@ -54,6 +55,7 @@ mod zookeeper;
 pub use etcd::{ETCD, EtcdCluster, EtcdNamespace, etcd_cluster, etcd_namespace, etcd_namespace_on};
 pub use leaf_server::{Coordination, LEAF_SERVER, LeafCluster, get as http_get, leaf_cluster};
 pub use mysql::{MYSQL, mysql_database, mysql_database_on};
+pub use pgbouncer::{PGBOUNCER_VAR, PgBouncer, pgbouncer};
 pub use postgres::{POSTGRES, postgres_database, postgres_database_on};
 use reap::{network_name, reap_once};
 pub use redis::{
@@ -237,6 +239,27 @@ pub async fn shared(kind: &'static ServerKind) -> Result<Endpoint, ProvisionErro
 /// with the URL variable set: a test that stops a server must own it.
 pub async fn dedicated(kind: &'static ServerKind) -> Result<Dedicated, ProvisionError> {
     let d = Dedicated::launch(kind, Launch::default()).await?;
+    d.wait_ready().await?;
+    Ok(d)
+}
+
+/// As [`dedicated`], with `args` as the container's command: passed on to the server by the
+/// testbed images' entrypoints, as by the official images' (`--wsrep-on=ON` to `mariadbd`).
+pub async fn dedicated_with(
+    kind: &'static ServerKind,
+    args: &[&str],
+) -> Result<Dedicated, ProvisionError> {
+    let cmd = args.iter().map(|a| a.to_string()).collect();
+    let launch = Launch {
+        host_port: Some(free_port()?),
+        ..Launch::default()
+    };
+    let (container, endpoint) = on_runtime(launch_container_cmd(kind, launch, cmd)).await?;
+    let d = Dedicated {
+        kind,
+        endpoint,
+        container: Some(container),
+    };
     d.wait_ready().await?;
     Ok(d)
 }

@@ -138,30 +138,8 @@ pub async fn redis_dedicated() -> Result<Dedicated, ProvisionError> {
 /// As [`redis_dedicated`], with `args` after [`DURABLE_ARGS`] (a later option wins:
 /// `["--appendfsync", "everysec"]` starts a Redis with weaker durability).
 pub async fn redis_dedicated_with(args: &[&str]) -> Result<Dedicated, ProvisionError> {
-    let cmd: Vec<String> = DURABLE_ARGS
-        .iter()
-        .chain(args)
-        .map(|a| a.to_string())
-        .collect();
-    let launch = Launch {
-        host_port: Some(free_port()?),
-        ..Launch::default()
-    };
-    let (container, endpoint) = on_runtime(launch_container_cmd(&REDIS, launch, cmd)).await?;
-    let d = Dedicated {
-        kind: &REDIS,
-        endpoint,
-        container: Some(container),
-    };
-    probe_until_ready(&REDIS, &d.endpoint, PROBE_TIMEOUT)
-        .await
-        .map_err(|e| {
-            ProvisionError(format!(
-                "redis in {} does not answer: {e}",
-                image_of(&REDIS)
-            ))
-        })?;
-    Ok(d)
+    let args: Vec<&str> = DURABLE_ARGS.iter().chain(args).copied().collect();
+    super::dedicated_with(&REDIS, &args).await
 }
 
 /// A primary and its replica (`--replicaof`), both started with [`DURABLE_ARGS`], on a Docker

@@ -5,6 +5,7 @@
 //! a setting) is the backend's or the caller's; what a case asserts is the same for each.
 
 pub mod faults;
+pub mod hold;
 pub mod registry;
 pub mod store;
 
