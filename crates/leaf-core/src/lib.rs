@@ -25,8 +25,8 @@ pub use registry::{
     Renewal, WorkerIdRegistry, min_lease_ttl,
 };
 pub use session_lock::{
-    Held, HeldIdentity, IdentitySettings, Locking, MarkRow, MarkWrite, Proof, SessionLock,
-    session_idle_limit,
+    ConnectError, Held, HeldIdentity, IdentitySettings, Locking, MarkRow, MarkWrite, Proof,
+    SessionLock, session_idle_limit,
 };
 pub use store::{
     Allocation, DEFAULT_STEP, MAX_DESCRIPTION_CHARS, MAX_STEP, NewTag, SegmentStore,

@@ -63,8 +63,11 @@ pub enum MarkWrite {
 /// What taking the lock on a new session found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Locking {
-    /// The session holds the lock now.
-    Taken,
+    /// The session holds the lock now; the server's id of the session that took it (MySQL's
+    /// `CONNECTION_ID()`, PostgreSQL's `pg_backend_pid()`), which every later proof names, so
+    /// that a pooler's other server session that took the lock for another client never
+    /// proves it for this one.
+    Taken(i64),
     /// Another session holds it (still, after the wait).
     Busy,
     /// The session held the lock before it asked: a session that was just opened holds no
@@ -84,7 +87,7 @@ pub enum Proof<T> {
 }
 
 /// The row a mark is read from and written to, and what proves it is this node's: its worker
-/// id, the identity that owns it, and the lock that this node's session must hold.
+/// id, the identity that owns it, and the lock that this node's server session must hold.
 #[derive(Clone, Copy, Debug)]
 pub struct MarkRow<'a> {
     /// The worker id (the row's key).
@@ -93,6 +96,36 @@ pub struct MarkRow<'a> {
     pub identity: &'a str,
     /// The identity lock's name.
     pub lock: &'a str,
+    /// The server's id of the session that took the lock ([`Locking::Taken`]): the statement
+    /// must run on it.
+    pub server_session: i64,
+}
+
+/// Why a session could not be opened.
+#[derive(Debug)]
+pub struct ConnectError {
+    /// The error.
+    pub error: Error,
+    /// Whether the server answered (an error it sent): it was reached, whatever else holds.
+    pub answered: bool,
+}
+
+impl ConnectError {
+    /// `error`, which the server sent.
+    pub fn answered(error: Error) -> Self {
+        ConnectError {
+            error,
+            answered: true,
+        }
+    }
+
+    /// `error`, which came from the client or the network.
+    pub fn unanswered(error: Error) -> Self {
+        ConnectError {
+            error,
+            answered: false,
+        }
+    }
 }
 
 /// A backend's identity lock: sessions, the lock on one, and the mark read and written on it,
@@ -104,8 +137,12 @@ pub trait SessionLock: Send + Sync + 'static {
 
     /// Opens a session whose server ends it after `idle_limit` without a statement.
     /// `at_start`: errors are start-up errors (refused credentials are a configuration
-    /// mistake); otherwise outages.
-    async fn connect(&self, at_start: bool, idle_limit: Duration) -> Result<Self::Session>;
+    /// mistake); otherwise outages. A failure says whether the server answered it.
+    async fn connect(
+        &self,
+        at_start: bool,
+        idle_limit: Duration,
+    ) -> std::result::Result<Self::Session, ConnectError>;
 
     /// Whether a transport connection (TCP, a Unix socket) to the server can be opened now,
     /// within `timeout`, without speaking its protocol: asked after [`connect`](Self::connect)
@@ -121,8 +158,14 @@ pub trait SessionLock: Send + Sync + 'static {
         wait: Duration,
     ) -> Result<Locking>;
 
-    /// Whether `session` holds the lock `name`, asked in a statement of its own.
-    async fn holds(&self, session: &mut Self::Session, name: &str) -> Result<bool>;
+    /// Whether `session` holds the lock `name` and is the server session `server_session`
+    /// ([`Locking::Taken`]), asked in a statement of its own.
+    async fn holds(
+        &self,
+        session: &mut Self::Session,
+        name: &str,
+        server_session: i64,
+    ) -> Result<bool>;
 
     /// Refuses, with a message naming it, a deployment of the server in which the lock guards
     /// nothing (a multi-primary cluster, whose locks are each node's own). Asked on every new
@@ -226,6 +269,8 @@ pub struct Held<S> {
     identity: String,
     name: String,
     session: Option<S>,
+    /// The server's id of the session that took the lock (0 before one did).
+    server_session: i64,
 }
 
 impl<S> Held<S> {
@@ -234,6 +279,7 @@ impl<S> Held<S> {
             worker_id,
             identity: &self.identity,
             lock: &self.name,
+            server_session: self.server_session,
         }
     }
 }
@@ -295,20 +341,22 @@ impl<L: SessionLock> HeldIdentity<L> {
             inner.backend,
             inner.settings.connect_timeout,
             "connecting for the identity lock",
-            inner.lock.connect(true, idle_limit),
+            async { Ok(inner.lock.connect(true, idle_limit).await) },
         )
         .await;
         let mut session = match session {
-            Ok(session) => session,
-            Err(e) => return Err(self.unopened_or_failed(e).await),
+            Ok(Ok(session)) => session,
+            Ok(Err(e)) => return Err(self.unopened_or_failed(e).await),
+            Err(e) => return Err(self.unopened_or_failed(ConnectError::unanswered(e)).await),
         };
         match self.take_new(&mut session, name, wait).await {
-            Ok(true) => Ok(Some(Held {
+            Ok(Some(server_session)) => Ok(Some(Held {
                 identity: identity.to_owned(),
                 name: name.to_owned(),
                 session: Some(session),
+                server_session,
             })),
-            Ok(false) => {
+            Ok(None) => {
                 self.close(session).await;
                 Ok(None)
             }
@@ -328,7 +376,7 @@ impl<L: SessionLock> HeldIdentity<L> {
             inner.backend,
             inner.settings.timeout,
             "checking the kept identity lock",
-            inner.lock.holds(session, &held.name),
+            inner.lock.holds(session, &held.name, held.server_session),
         )
         .await;
         if matches!(proved, Ok(true)) {
@@ -347,9 +395,15 @@ impl<L: SessionLock> HeldIdentity<L> {
     }
 
     /// On a new `session`, checks the deployment, then takes the lock `name` and proves it:
-    /// `false` if another session holds it; an error if the backend refuses its deployment, or
-    /// the session held the lock before it asked or the next statement does not (a pooler).
-    async fn take_new(&self, session: &mut L::Session, name: &str, wait: Duration) -> Result<bool> {
+    /// the server's id of the session holding it, `None` if another session holds it; an
+    /// error if the backend refuses its deployment, or the session held the lock before it
+    /// asked or the next statement does not run on that server session holding it (a pooler).
+    async fn take_new(
+        &self,
+        session: &mut L::Session,
+        name: &str,
+        wait: Duration,
+    ) -> Result<Option<i64>> {
         let inner = &self.inner;
         let (backend, timeout) = (inner.backend, inner.settings.timeout);
         bounded(
@@ -366,16 +420,16 @@ impl<L: SessionLock> HeldIdentity<L> {
             inner.lock.try_lock(session, name, wait),
         )
         .await?;
-        match locking {
-            Locking::Busy => return Ok(false),
+        let server_session = match locking {
+            Locking::Busy => return Ok(None),
             Locking::Shared => return Err(pooled(backend, name, "held it before it asked")),
-            Locking::Taken => {}
-        }
+            Locking::Taken(id) => id,
+        };
         let proved = bounded(
             backend,
             timeout,
             "proving the identity lock",
-            inner.lock.holds(session, name),
+            inner.lock.holds(session, name, server_session),
         )
         .await?;
         if !proved {
@@ -385,19 +439,20 @@ impl<L: SessionLock> HeldIdentity<L> {
                 "did not hold it in its next statement",
             ));
         }
-        Ok(true)
+        Ok(Some(server_session))
     }
 
-    /// A session that could not be opened (`e`): [`ClaimError::Unreachable`] only if no
-    /// transport connection to the server can be opened either; a server that answered (an
-    /// error it sent, a session setup that failed) or accepted the connection and never
-    /// answered was reached.
-    async fn unopened_or_failed(&self, e: Error) -> ClaimError {
+    /// A session that could not be opened (`e`): [`ClaimError::Unreachable`] only if the
+    /// server did not answer and no transport connection to it can be opened either; a server
+    /// that answered (an error it sent, a session setup that failed) or accepted the
+    /// connection and never answered was reached.
+    async fn unopened_or_failed(&self, e: ConnectError) -> ClaimError {
         let inner = &self.inner;
+        let ConnectError { error: e, answered } = e;
         if !e.is_retryable() {
             return ClaimError::Failed(e);
         }
-        if !inner.lock.reachable(inner.settings.connect_timeout).await {
+        if !answered && !inner.lock.reachable(inner.settings.connect_timeout).await {
             return ClaimError::Unreachable(e);
         }
         ClaimError::Failed(Error::Unavailable(format!(
@@ -456,6 +511,7 @@ impl<L: SessionLock> HeldIdentity<L> {
             identity: identity.to_owned(),
             name: name.to_owned(),
             session: None,
+            server_session: 0,
         };
         self.reset(held, None, start_mark_ms, idle_limit).await;
         Ok(())
@@ -593,7 +649,10 @@ async fn write<L: SessionLock>(
     if held.session.is_none() {
         let row = held.row(worker_id);
         match relock(inner, row, *own_up_to, tried, *idle_limit).await? {
-            Some(session) => held.session = Some(session),
+            Some((session, server_session)) => {
+                held.session = Some(session);
+                held.server_session = server_session;
+            }
             None => {
                 inner.lost.store(true, Ordering::Release);
                 return Ok(false);
@@ -640,31 +699,52 @@ async fn write<L: SessionLock>(
             Ok(false)
         }
         Err(e) => {
-            // The session (and with it the lock) may be gone, or in an unknown state after a
-            // statement given up on: reconnect next time.
+            // A statement the server refused leaves the session and its lock as they were: kept
+            // (dropping it would free the lock for another process), once it proves the lock
+            // again. One that was cut, or given up on, may have lost both: reconnect next time.
+            let proved = bounded(
+                backend,
+                settings.timeout,
+                "proving the identity lock after a failed write",
+                inner
+                    .lock
+                    .holds(&mut session, &held.name, held.server_session),
+            )
+            .await;
+            if matches!(proved, Ok(true)) {
+                held.session = Some(session);
+            } else {
+                let _ = tokio::time::timeout(settings.timeout, inner.lock.close(session)).await;
+            }
             Err(e)
         }
     }
 }
 
-/// A new session holding the lock of `row` again, after the last one was lost; `None` if
-/// another session holds it, if the session held it before it asked (a pooler), or if the
-/// stored mark is above this node's own and is none it sent (another process of the identity
-/// held it meanwhile), or the row proves not to be this node's.
+/// A new session holding the lock of `row` again, after the last one was lost, and the server's
+/// id of it; `None` if another session holds it, if the session held it before it asked (a
+/// pooler), or if the stored mark is above this node's own and is none it sent (another
+/// process of the identity held it meanwhile), or the row proves not to be this node's.
 async fn relock<L: SessionLock>(
     inner: &Inner<L>,
     row: MarkRow<'_>,
     own_up_to: u64,
     tried: &[u64],
     idle_limit: Duration,
-) -> Result<Option<L::Session>> {
+) -> Result<Option<(L::Session, i64)>> {
     let (backend, settings) = (inner.backend, inner.settings);
     let (name, worker_id) = (row.lock, row.worker_id);
     let mut session = bounded(
         backend,
         settings.connect_timeout,
         "connecting for the identity lock",
-        inner.lock.connect(false, idle_limit),
+        async {
+            inner
+                .lock
+                .connect(false, idle_limit)
+                .await
+                .map_err(|e| e.error)
+        },
     )
     .await?;
     let checked = bounded(
@@ -672,8 +752,8 @@ async fn relock<L: SessionLock>(
         settings.timeout,
         "taking the identity lock again",
         async {
-            match inner.lock.try_lock(&mut session, name, Duration::ZERO).await? {
-                Locking::Taken => {}
+            let server_session = match inner.lock.try_lock(&mut session, name, Duration::ZERO).await? {
+                Locking::Taken(id) => id,
                 Locking::Busy => {
                     tracing::error!(
                         lock = %name,
@@ -681,13 +761,17 @@ async fn relock<L: SessionLock>(
                         "another process took this node's identity lock while its connection \
                          was down; worker id lost"
                     );
-                    return Ok(false);
+                    return Ok(None);
                 }
                 Locking::Shared => {
                     tracing::error!(lock = %name, backend, "{}", pooled(backend, name, "held it before it asked"));
-                    return Ok(false);
+                    return Ok(None);
                 }
-            }
+            };
+            let row = MarkRow {
+                server_session,
+                ..row
+            };
             match inner.lock.read_mark(&mut session, row).await? {
                 Proof::NotHeld => {
                     tracing::error!(
@@ -698,7 +782,7 @@ async fn relock<L: SessionLock>(
                         "the identity lock, taken again, is not held by the statement that reads \
                          the mark, or the worker id's row is not this identity's; worker id lost"
                     );
-                    Ok(false)
+                    Ok(None)
                 }
                 Proof::Held(Some(stored)) if stored > own_up_to && !tried.contains(&stored) => {
                     tracing::error!(
@@ -710,19 +794,19 @@ async fn relock<L: SessionLock>(
                         "another process of this identity wrote its mark while this node's lock \
                          was gone; worker id lost"
                     );
-                    Ok(false)
+                    Ok(None)
                 }
-                Proof::Held(_) => Ok(true),
+                Proof::Held(_) => Ok(Some(server_session)),
             }
         },
     )
     .await?;
-    if !checked {
+    let Some(server_session) = checked else {
         let _ = tokio::time::timeout(settings.timeout, inner.lock.close(session)).await;
         return Ok(None);
-    }
+    };
     tracing::info!(lock = %name, "identity lock taken again after a reconnect");
-    Ok(Some(session))
+    Ok(Some((session, server_session)))
 }
 
 #[cfg(test)]
@@ -749,6 +833,10 @@ mod tests {
         down: AtomicBool,
         /// Connections open, and the session's setup fails (an error the server sent).
         setup_fails: AtomicBool,
+        /// Connections open, and nothing answers on them.
+        silent: AtomicBool,
+        /// No connection opens any more (a server that sent its error and went away).
+        vanished: AtomicBool,
         /// Every lock statement fails.
         lock_fails: AtomicBool,
         /// A pooler: every new session is the same server session (1).
@@ -757,6 +845,8 @@ mod tests {
         forgets: AtomicBool,
         /// The deployment is one the backend refuses.
         refused: AtomicBool,
+        /// Every mark write fails with an error the server sent (its session and lock live on).
+        write_fails: AtomicBool,
         writes: AtomicU64,
     }
 
@@ -778,10 +868,13 @@ mod tests {
             }
             Ok(())
         }
-        /// Whether `session` holds `row`'s lock and the row is its identity's.
+        /// Whether `session` holds `row`'s lock, is the session that took it, and the row is
+        /// its identity's.
         fn proves(&self, session: u64, row: MarkRow<'_>) -> bool {
             let owner = self.owners.lock().unwrap().get(&row.worker_id).cloned();
-            self.holder(row.lock) == Some(session) && owner.is_none_or(|o| o == row.identity)
+            self.holder(row.lock) == Some(session)
+                && row.server_session == session as i64
+                && owner.is_none_or(|o| o == row.identity)
         }
     }
 
@@ -789,12 +882,18 @@ mod tests {
     impl SessionLock for Arc<Server> {
         type Session = u64;
 
-        async fn connect(&self, _at_start: bool, _idle: Duration) -> Result<u64> {
-            if self.down.load(Ordering::Relaxed) {
-                return Err(Error::Unavailable("down".into()));
+        async fn connect(
+            &self,
+            _at_start: bool,
+            _idle: Duration,
+        ) -> std::result::Result<u64, ConnectError> {
+            if self.down.load(Ordering::Relaxed) || self.silent.load(Ordering::Relaxed) {
+                let e = Error::Unavailable("down".into());
+                return Err(ConnectError::unanswered(e));
             }
             if self.setup_fails.load(Ordering::Relaxed) {
-                return Err(Error::Unavailable("too many connections".into()));
+                let e = Error::Unavailable("too many connections".into());
+                return Err(ConnectError::answered(e));
             }
             if self.pooled.load(Ordering::Relaxed) {
                 return Ok(1);
@@ -803,7 +902,7 @@ mod tests {
         }
 
         async fn reachable(&self, _timeout: Duration) -> bool {
-            !self.down.load(Ordering::Relaxed)
+            !self.down.load(Ordering::Relaxed) && !self.vanished.load(Ordering::Relaxed)
         }
 
         async fn try_lock(
@@ -824,14 +923,14 @@ mod tests {
                     if !self.forgets.load(Ordering::Relaxed) {
                         locks.insert(name.to_owned(), *session);
                     }
-                    Ok(Locking::Taken)
+                    Ok(Locking::Taken(*session as i64))
                 }
             }
         }
 
-        async fn holds(&self, session: &mut u64, name: &str) -> Result<bool> {
+        async fn holds(&self, session: &mut u64, name: &str, server_session: i64) -> Result<bool> {
             self.check(*session)?;
-            Ok(self.holder(name) == Some(*session))
+            Ok(self.holder(name) == Some(*session) && server_session == *session as i64)
         }
 
         async fn check_deployment(&self, session: &mut u64) -> Result<()> {
@@ -862,6 +961,9 @@ mod tests {
             how: MarkWrite,
         ) -> Result<Proof<()>> {
             self.check(*session)?;
+            if self.write_fails.load(Ordering::Relaxed) {
+                return Err(Error::Unavailable("lock wait timeout on the row".into()));
+            }
             if !self.proves(*session, row) {
                 return Ok(Proof::NotHeld);
             }
@@ -1183,7 +1285,15 @@ mod tests {
         assert_eq!(outcome(&e), "failed");
         let text = e.err().unwrap().to_string();
         assert!(text.contains("not a start from the cache file"), "{text}");
+        // ... even if no connection opens right after it: the answer was the server's.
+        server.vanished.store(true, Ordering::Relaxed);
+        assert_eq!(outcome(&claim().await), "failed");
+        server.vanished.store(false, Ordering::Relaxed);
         server.setup_fails.store(false, Ordering::Relaxed);
+        // A connection accepted and never answered: reached.
+        server.silent.store(true, Ordering::Relaxed);
+        assert_eq!(outcome(&claim().await), "failed");
+        server.silent.store(false, Ordering::Relaxed);
         assert_eq!(outcome(&claim().await), "taken");
     }
 
@@ -1265,6 +1375,40 @@ mod tests {
                 Some(100),
                 "fence {fence}: the other row kept its mark"
             );
+        }
+    }
+
+    /// A mark write the server refused (a row lock wait, say) leaves the session and its lock
+    /// alive: the session is kept, so that the lock is never freed for another process while
+    /// this node goes on (without the fence) from its cache file.
+    #[tokio::test]
+    async fn a_write_the_server_refused_keeps_the_session_that_still_holds_the_lock() {
+        for fence in [false, true] {
+            let server = Arc::new(Server::default());
+            let h = holding_with(&server, fence).await;
+            let session = server.holder("n");
+            server.write_fails.store(true, Ordering::Relaxed);
+            let answer = h.renew(1, 100).await;
+            settle(&h).await;
+            assert_eq!(answer.is_err(), fence, "fence {fence}: {answer:?}");
+            assert_eq!(
+                server.holder("n"),
+                session,
+                "fence {fence}: the lock was freed"
+            );
+            let theirs = held(&server)
+                .lock_for_claim("x", "n", Duration::ZERO, IDLE)
+                .await;
+            assert_eq!(outcome(&theirs), "busy", "fence {fence}");
+            server.write_fails.store(false, Ordering::Relaxed);
+            assert!(h.renew(1, 200).await.unwrap().is_ok());
+            settle(&h).await;
+            assert_eq!(
+                server.mark(1),
+                Some(200),
+                "fence {fence}: written on the kept session"
+            );
+            assert_eq!(server.holder("n"), session);
         }
     }
 

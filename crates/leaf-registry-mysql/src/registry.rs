@@ -24,12 +24,15 @@ impl RegistryDialect for MysqlDialect {
     const SELECT_WORKER: &'static str = "SELECT CAST(id AS SIGNED) AS id, max_timestamp \
          FROM leaf_workerid_alloc WHERE ip_port = ?";
     const READ_MARK: &'static str = "SELECT max_timestamp FROM leaf_workerid_alloc \
-         WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID()";
+         WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID() \
+         AND CONNECTION_ID() = ?";
     const RAISE_MARK: &'static str = "UPDATE leaf_workerid_alloc \
          SET max_timestamp = GREATEST(COALESCE(max_timestamp, 0), ?) \
-         WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID()";
+         WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID() \
+         AND CONNECTION_ID() = ?";
     const FINAL_MARK: &'static str = "UPDATE leaf_workerid_alloc SET max_timestamp = ? \
-         WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID()";
+         WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID() \
+         AND CONNECTION_ID() = ?";
     const LOCK_KIND: &'static str = "mysql lock";
     const RESET_IDS: &'static str = "reset its AUTO_INCREMENT";
 
@@ -51,9 +54,12 @@ impl RegistryDialect for MysqlDialect {
         }
     }
 
-    /// A binary string of the bytes, as text (`CONVERT(X'..' USING utf8mb4)`).
+    /// The bytes as a utf8mb4 string (`_utf8mb4 X'..'`): a literal with a character set
+    /// introducer is coercible, as a bound parameter is, so that it compares with a column of
+    /// any utf8mb4 collation (`CONVERT(.. USING utf8mb4)` would carry the character set's
+    /// default collation, and clash with a column of another: 1267).
     fn text_literal(hex: &str) -> String {
-        format!("CONVERT(X'{hex}' USING utf8mb4)")
+        format!("_utf8mb4 X'{hex}'")
     }
 
     /// sqlx asks for found rows (`CLIENT_FOUND_ROWS`): a mark left as it was still counts.
@@ -103,22 +109,28 @@ impl RegistryDialect for MysqlDialect {
     ) -> Result<Locking, sqlx::Error> {
         let wait_s = i64::try_from(wait.as_secs()).unwrap_or(i64::MAX);
         let sql = inline::<Self>(
-            "SELECT CASE WHEN IS_USED_LOCK(?) = CONNECTION_ID() THEN 2 ELSE GET_LOCK(?, ?) END",
+            "SELECT CASE WHEN IS_USED_LOCK(?) = CONNECTION_ID() THEN 2 ELSE GET_LOCK(?, ?) END, \
+             CAST(CONNECTION_ID() AS SIGNED)",
             &[Arg::Text(name), Arg::Text(name), Arg::Int(wait_s)],
         );
         let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(conn).await?;
         let got: Option<i64> = row.try_get(0)?;
+        let session: i64 = row.try_get(1)?;
         Ok(match got {
             Some(2) => Locking::Shared,
-            Some(1) => Locking::Taken,
+            Some(1) => Locking::Taken(session),
             _ => Locking::Busy,
         })
     }
 
-    async fn holds(conn: &mut MySqlConnection, name: &str) -> Result<bool, sqlx::Error> {
+    async fn holds(
+        conn: &mut MySqlConnection,
+        name: &str,
+        server_session: i64,
+    ) -> Result<bool, sqlx::Error> {
         let sql = inline::<Self>(
-            "SELECT IS_USED_LOCK(?) = CONNECTION_ID()",
-            &[Arg::Text(name)],
+            "SELECT IS_USED_LOCK(?) = CONNECTION_ID() AND CONNECTION_ID() = ?",
+            &[Arg::Text(name), Arg::Int(server_session)],
         );
         let row = sqlx::raw_sql(AssertSqlSafe(sql)).fetch_one(conn).await?;
         let held: Option<i64> = row.try_get(0)?;

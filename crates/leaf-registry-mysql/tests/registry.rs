@@ -327,3 +327,42 @@ async fn a_galera_node_is_refused_at_the_claim_naming_it() {
     drop(fix);
     server.remove().await.expect("remove the container");
 }
+
+/// The fork's DDL names no character set, so `leaf_workerid_alloc` takes the database's
+/// default collation: the identity lock's statements, which write the identity as a literal,
+/// must compare with a column of any utf8mb4 collation (a literal of the character set's own
+/// default collation met 1267, "illegal mix of collations", on every mark write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_statements_work_on_a_table_of_any_utf8mb4_collation() {
+    for collation in [
+        "utf8mb4_unicode_ci",
+        "utf8mb4_unicode_520_ci",
+        "utf8mb4_bin",
+        "utf8mb4_general_ci",
+    ] {
+        let fix = Fix::new().await;
+        let db = &fix.db.name;
+        fix.db
+            .exec(&format!("ALTER DATABASE `{db}` COLLATE {collation}"))
+            .await;
+        let config = fix.config(json!({ "fence_on_disconnect": true }));
+        let a = fix.registry_with(fix.new_dir(), &config);
+        let me = fix.identity(4);
+        let lease = a.acquire(&request(me.clone(), 1023)).await.unwrap();
+        let m = now_ms() + 3000;
+        let renewed = a.renew(&lease, m).await;
+        assert!(
+            renewed.as_ref().is_ok_and(|r| r.is_ok()),
+            "{collation}: {renewed:?}"
+        );
+        assert_eq!(
+            fix.stored_mark(lease.worker_id).await,
+            Some(m as i64),
+            "{collation}"
+        );
+        let b = fix.registry_with(fix.new_dir(), &config);
+        let e = b.acquire(&request(me, 1023)).await.unwrap_err();
+        assert!(matches!(e, Error::AlreadyExists(_)), "{collation}: {e}");
+        a.release(&lease, m).await.unwrap();
+    }
+}

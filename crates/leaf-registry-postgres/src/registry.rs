@@ -53,18 +53,18 @@ impl RegistryDialect for PostgresDialect {
          max_timestamp::bigint AS max_timestamp FROM leaf_workerid_alloc WHERE ip_port = $1";
     const READ_MARK: &'static str = concat!(
         "SELECT max_timestamp::bigint AS max_timestamp FROM leaf_workerid_alloc \
-         WHERE id = $1 AND ip_port = $2 AND ",
+         WHERE id = $1 AND ip_port = $2 AND pg_backend_pid() = $4 AND ",
         holds!("$3")
     );
     const RAISE_MARK: &'static str = concat!(
         "UPDATE leaf_workerid_alloc SET max_timestamp = \
          GREATEST(COALESCE(max_timestamp, 0), $1), update_time = CURRENT_TIMESTAMP \
-         WHERE id = $2 AND ip_port = $3 AND ",
+         WHERE id = $2 AND ip_port = $3 AND pg_backend_pid() = $5 AND ",
         holds!("$4")
     );
     const FINAL_MARK: &'static str = concat!(
         "UPDATE leaf_workerid_alloc SET max_timestamp = $1, update_time = CURRENT_TIMESTAMP \
-         WHERE id = $2 AND ip_port = $3 AND ",
+         WHERE id = $2 AND ip_port = $3 AND pg_backend_pid() = $5 AND ",
         holds!("$4")
     );
     const LOCK_KIND: &'static str = "postgres advisory lock";
@@ -158,7 +158,8 @@ impl RegistryDialect for PostgresDialect {
                 concat!(
                     "SELECT CASE WHEN ",
                     holds!("$1"),
-                    " THEN 2 WHEN pg_try_advisory_lock(hashtextextended($1, 0)) THEN 1 ELSE 0 END"
+                    " THEN 2 WHEN pg_try_advisory_lock(hashtextextended($1, 0)) THEN 1 ELSE 0 END, \
+                     pg_backend_pid()"
                 ),
                 &[Arg::Text(name)],
             );
@@ -166,10 +167,11 @@ impl RegistryDialect for PostgresDialect {
                 .fetch_one(&mut *conn)
                 .await?;
             let got: i32 = row.try_get(0)?;
+            let session: i32 = row.try_get(1)?;
             let left = deadline.saturating_duration_since(Instant::now());
             match got {
                 2 => return Ok(Locking::Shared),
-                1 => return Ok(Locking::Taken),
+                1 => return Ok(Locking::Taken(session.into())),
                 _ if left.is_zero() => return Ok(Locking::Busy),
                 // Never past the deadline: the caller's bound covers the wait and one more try.
                 _ => tokio::time::sleep(left.min(LOCK_POLL)).await,
@@ -177,8 +179,15 @@ impl RegistryDialect for PostgresDialect {
         }
     }
 
-    async fn holds(conn: &mut PgConnection, name: &str) -> Result<bool, sqlx::Error> {
-        let sql = inline::<Self>(concat!("SELECT ", holds!("$1")), &[Arg::Text(name)]);
+    async fn holds(
+        conn: &mut PgConnection,
+        name: &str,
+        server_session: i64,
+    ) -> Result<bool, sqlx::Error> {
+        let sql = inline::<Self>(
+            concat!("SELECT pg_backend_pid() = $2 AND ", holds!("$1")),
+            &[Arg::Text(name), Arg::Int(server_session)],
+        );
         sqlx::raw_sql(AssertSqlSafe(sql))
             .fetch_one(conn)
             .await?

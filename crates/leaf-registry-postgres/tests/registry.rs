@@ -316,3 +316,75 @@ async fn through_pgbouncer_in_transaction_mode_one_identity_is_never_held_twice(
         }
     }
 }
+
+/// A holds its identity through PgBouncer in transaction mode, alone, so that its claim passes
+/// (PgBouncer hands it the same server session each time). That server session ends (an
+/// administrator, a crash, PgBouncer's `server_lifetime`) while A's connection to PgBouncer
+/// stays up, and B takes the identity on another server session, which PgBouncer then hands to
+/// A too. A's statements there find B's lock held by the session running them: only the
+/// server session's id, recorded when A took the lock, tells them apart. A loses its lease;
+/// never both renew (found by a review of issue 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_pgbouncer_a_lock_on_a_replaced_server_session_proves_nothing() {
+    let server = provision::shared(&POSTGRES)
+        .await
+        .unwrap_or_else(|e| panic!("no postgres server for the tests: {e}"));
+    let fix = Fix::new().await;
+    let bouncer = provision::pgbouncer(&server, "transaction", &[])
+        .await
+        .unwrap_or_else(|e| panic!("no pgbouncer: {e}"));
+    let url = through(&fix.db.url, &bouncer.address);
+    let changes = json!({
+        "connect_timeout_ms": 3000,
+        "timeout_ms": 3000,
+        "max_connections": 1,
+        "fence_on_disconnect": true,
+    });
+    let config = config_of::<Backend>(&url, changes);
+    let me = fix.identity(10);
+    let a = fix.registry_with(fix.new_dir(), &config);
+    let lease = a
+        .acquire(&request(me.clone(), 1023))
+        .await
+        .expect("A starts");
+    let renewed = a.renew(&lease, now_ms() + 3000).await;
+    assert!(renewed.as_ref().is_ok_and(|r| r.is_ok()), "{renewed:?}");
+    let s1 = fix
+        .lock_holder(&me)
+        .await
+        .expect("A's lock is on a server session");
+    fix.db
+        .exec(&format!("SELECT pg_terminate_backend({s1})"))
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fix.lock_holder(&me).await.is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ended session kept its lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let b = fix.registry_with(fix.new_dir(), &config);
+    let theirs = b
+        .acquire(&request(me.clone(), 1023))
+        .await
+        .expect("B starts");
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let ra = a.renew(&lease, now_ms() + 3000).await;
+        let rb = b.renew(&theirs, now_ms() + 3000).await;
+        answers.push(format!("A {ra:?} / B {rb:?}"));
+        assert!(
+            !(matches!(ra, Ok(Renewal::OK)) && matches!(rb, Ok(Renewal::OK))),
+            "A and B both renewed worker id {}: {answers:?}",
+            lease.worker_id
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        a.renew(&lease, now_ms() + 3000).await.unwrap(),
+        Renewal::LeaseLost,
+        "{answers:?}"
+    );
+    assert!(b.renew(&theirs, now_ms() + 3000).await.unwrap().is_ok());
+}

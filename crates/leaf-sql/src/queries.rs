@@ -200,6 +200,7 @@ where
                 Arg::Int(signed(row.worker_id)),
                 Arg::Text(row.identity),
                 Arg::Text(row.lock),
+                Arg::Int(row.server_session),
             ],
         );
         let found = sqlx::raw_sql(AssertSqlSafe(sql))
@@ -230,6 +231,7 @@ where
                 Arg::Int(signed(row.worker_id)),
                 Arg::Text(row.identity),
                 Arg::Text(row.lock),
+                Arg::Int(row.server_session),
             ],
         );
         let done = sqlx::raw_sql(AssertSqlSafe(sql))

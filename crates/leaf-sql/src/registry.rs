@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CachedRegistry, ClaimError, Error, HeldIdentity, IdentitySettings, Lease,
-    Locking, MarkRow, MarkWrite, NodeIdentity, Proof, RegistryCapabilities, Renewal, Result,
-    SessionLock, WorkerIdBackend, bounded, session_idle_limit,
+    AcquireRequest, CachedRegistry, ClaimError, ConnectError, Error, HeldIdentity,
+    IdentitySettings, Lease, Locking, MarkRow, MarkWrite, NodeIdentity, Proof,
+    RegistryCapabilities, Renewal, Result, SessionLock, WorkerIdBackend, bounded,
+    session_idle_limit,
 };
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 
@@ -20,10 +21,11 @@ use crate::store::{ensure_table, type_name};
 use crate::{Conn, Dialect, KEY, Options, Queries, SqlConfig};
 
 /// A dialect's part of the workerId mode: `leaf_workerid_alloc`'s DDL and statements, and its
-/// identity lock. `?n` below is the dialect's n-th placeholder. "The lock `?n` is this
-/// session's" is a condition on the session that runs the statement, in the statement itself
-/// (`IS_USED_LOCK(?n) = CONNECTION_ID()`), so that a pooler that runs it on another server
-/// session than the lock's makes it find nothing. The lock's session runs its statements as
+/// identity lock. `?n` below is the dialect's n-th placeholder. "The lock `?n` is the server
+/// session `?m`'s, which runs the statement" is a condition in the statement itself
+/// (`IS_USED_LOCK(?n) = CONNECTION_ID() AND CONNECTION_ID() = ?m`), so that a pooler that runs
+/// it on another server session than the one that took the lock for this client makes it find
+/// nothing. The lock's session runs its statements as
 /// simple queries with their values inlined ([`inline`](crate::inline)).
 #[async_trait]
 pub trait RegistryDialect: Dialect {
@@ -31,14 +33,14 @@ pub trait RegistryDialect: Dialect {
     const LEAF_WORKERID_ALLOC_DDL: &'static str;
     /// `id` (a `bigint`) and `max_timestamp` of the row of `ip_port` `?1`.
     const SELECT_WORKER: &'static str;
-    /// `max_timestamp` of worker id `?1` whose `ip_port` is `?2`, if the lock `?3` is this
-    /// session's: no row otherwise.
+    /// `max_timestamp` of worker id `?1` whose `ip_port` is `?2`, if the lock `?3` is the
+    /// server session `?4`'s, which runs it: no row otherwise.
     const READ_MARK: &'static str;
     /// Raises `max_timestamp` of worker id `?2` whose `ip_port` is `?3` to `?1` (`GREATEST`),
-    /// if the lock `?4` is this session's.
+    /// if the lock `?4` is the server session `?5`'s, which runs it.
     const RAISE_MARK: &'static str;
     /// Sets `max_timestamp` of worker id `?2` whose `ip_port` is `?3` to `?1`, if the lock `?4`
-    /// is this session's.
+    /// is the server session `?5`'s, which runs it.
     const FINAL_MARK: &'static str;
     /// The identity lock as messages name it (`mysql lock`).
     const LOCK_KIND: &'static str;
@@ -69,14 +71,19 @@ pub trait RegistryDialect: Dialect {
     ) -> Result<(), sqlx::Error>;
     /// Takes the lock `name` on `conn`, a session just opened, waiting up to `wait`; in the
     /// same statement, finds a lock the session held before it asked
-    /// ([`Locking::Shared`]).
+    /// ([`Locking::Shared`]) and the server's id of the session.
     async fn try_lock(
         conn: &mut Conn<Self>,
         name: &str,
         wait: Duration,
     ) -> Result<Locking, sqlx::Error>;
-    /// Whether the lock `name` is `conn`'s session's.
-    async fn holds(conn: &mut Conn<Self>, name: &str) -> Result<bool, sqlx::Error>;
+    /// Whether the lock `name` is held by the server session `server_session`, and `conn`'s
+    /// statement runs on it.
+    async fn holds(
+        conn: &mut Conn<Self>,
+        name: &str,
+        server_session: i64,
+    ) -> Result<bool, sqlx::Error>;
     /// Refuses a deployment of the server in which the identity lock guards nothing, else
     /// says what to warn of (a setting that loses committed marks in a crash); the default
     /// accepts every one.
@@ -249,10 +256,19 @@ const START_LOCK_WAIT: Duration = Duration::from_secs(2);
 impl<D: Queries> SessionLock for SqlLock<D> {
     type Session = Conn<D>;
 
-    async fn connect(&self, at_start: bool, idle_limit: Duration) -> Result<Conn<D>> {
-        let map = |e| match at_start {
-            true => map_sqlx_at_start::<D>(e, "the identity lock", KEY),
-            false => map_sqlx::<D>(e, "the identity lock", KEY),
+    async fn connect(
+        &self,
+        at_start: bool,
+        idle_limit: Duration,
+    ) -> std::result::Result<Conn<D>, ConnectError> {
+        let map = |e: sqlx::Error| {
+            // An error the server sent: it was reached.
+            let answered = matches!(e, sqlx::Error::Database(_));
+            let error = match at_start {
+                true => map_sqlx_at_start::<D>(e, "the identity lock", KEY),
+                false => map_sqlx::<D>(e, "the identity lock", KEY),
+            };
+            ConnectError { error, answered }
         };
         let mut conn = self.options.connect().await.map_err(map)?;
         // The server ends the session (and frees the lock) this long after its last statement.
@@ -272,8 +288,8 @@ impl<D: Queries> SessionLock for SqlLock<D> {
             .map_err(|e| map_sqlx::<D>(e, "the identity lock", KEY))
     }
 
-    async fn holds(&self, conn: &mut Conn<D>, name: &str) -> Result<bool> {
-        D::holds(conn, name)
+    async fn holds(&self, conn: &mut Conn<D>, name: &str, server_session: i64) -> Result<bool> {
+        D::holds(conn, name, server_session)
             .await
             .map_err(|e| map_sqlx::<D>(e, "the identity lock", KEY))
     }

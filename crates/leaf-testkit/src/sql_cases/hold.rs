@@ -265,8 +265,9 @@ pub async fn a_worker_id_given_to_another_identity_loses_the_lease<B: SqlBackend
 
 /// The dialect's statements on two sessions of one server, one holding the identity lock: the
 /// lock taken once (and seen as held before when asked again on its session), every mark
-/// statement finding nothing on the session without the lock, for another identity, or for a
-/// worker id without a row, and reading and writing on the lock's own session.
+/// statement finding nothing on the session without the lock, for another identity, for a
+/// worker id without a row, or naming another server session than the lock's (as a pooler's
+/// would run it), and reading and writing on the lock's own session.
 pub async fn mark_statements_prove_the_lock_and_the_identity<B: SqlBackend>() {
     let fix = SqlFix::<B>::new().await;
     let me = fix.identity(8);
@@ -287,7 +288,9 @@ pub async fn mark_statements_prove_the_lock_and_the_identity<B: SqlBackend>() {
     };
     let (mut holder, mut other) = (connect().await, connect().await);
     let locking = <D<B> as RegistryDialect>::try_lock(&mut holder, &name, Duration::ZERO).await;
-    assert_eq!(locking.unwrap(), Locking::Taken);
+    let Locking::Taken(session) = locking.unwrap() else {
+        panic!("a free lock was not taken");
+    };
     let again = <D<B> as RegistryDialect>::try_lock(&mut holder, &name, Duration::ZERO).await;
     assert_eq!(
         again.unwrap(),
@@ -296,22 +299,22 @@ pub async fn mark_statements_prove_the_lock_and_the_identity<B: SqlBackend>() {
     );
     let theirs = <D<B> as RegistryDialect>::try_lock(&mut other, &name, Duration::ZERO).await;
     assert_eq!(theirs.unwrap(), Locking::Busy);
-    assert!(
-        <D<B> as RegistryDialect>::holds(&mut holder, &name)
+    let holds = async |conn: &mut Conn<D<B>>, server_session| {
+        <D<B> as RegistryDialect>::holds(conn, &name, server_session)
             .await
             .unwrap()
-    );
-    assert!(
-        !<D<B> as RegistryDialect>::holds(&mut other, &name)
-            .await
-            .unwrap()
-    );
+    };
+    assert!(holds(&mut holder, session).await);
+    assert!(!holds(&mut other, session).await);
+    // The lock's session, named as another: a pooler's other server session.
+    assert!(!holds(&mut holder, session + 1).await);
 
     let identity = me.to_string();
     let row = MarkRow {
         worker_id: lease.worker_id,
         identity: &identity,
         lock: &name,
+        server_session: session,
     };
     let not_mine = MarkRow {
         identity: "10.9.9.9:9",
@@ -321,9 +324,14 @@ pub async fn mark_statements_prove_the_lock_and_the_identity<B: SqlBackend>() {
         worker_id: lease.worker_id + 100,
         ..row
     };
+    let not_the_locks_session = MarkRow {
+        server_session: session + 1,
+        ..row
+    };
     finds_nothing::<D<B>>(&mut other, row, "the session without the lock").await;
     finds_nothing::<D<B>>(&mut holder, not_mine, "another identity").await;
     finds_nothing::<D<B>>(&mut holder, no_row, "a worker id without a row").await;
+    finds_nothing::<D<B>>(&mut holder, not_the_locks_session, "another server session").await;
     assert_eq!(
         fix.stored_mark(lease.worker_id).await,
         Some(1000),
