@@ -10,7 +10,6 @@ mod error;
 mod layout;
 mod redact;
 mod registry;
-mod session_lock;
 mod store;
 mod tag;
 
@@ -23,10 +22,6 @@ pub use redact::redact_url;
 pub use registry::{
     AcquireRequest, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity, RegistryCapabilities,
     Renewal, WorkerIdRegistry, min_lease_ttl,
-};
-pub use session_lock::{
-    ConnectError, Held, HeldIdentity, IdentitySettings, Locking, MarkRow, MarkWrite, Proof,
-    SessionLock, session_idle_limit,
 };
 pub use store::{
     Allocation, DEFAULT_STEP, MAX_DESCRIPTION_CHARS, MAX_STEP, NewTag, SegmentStore,

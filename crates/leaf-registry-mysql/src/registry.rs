@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leaf_core::{Error, Locking, NodeIdentity, Result};
+use leaf_core::{Error, NodeIdentity, Result};
 use leaf_sql::{
-    Arg, KEY, RegistryDialect, ServerError, Transport, inline, map_sqlx, map_sqlx_at_start,
+    Arg, KEY, Locking, RegistryDialect, ServerError, Transport, inline, map_sqlx, map_sqlx_at_start,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlQueryResult};
 use sqlx::{AssertSqlSafe, Row};

@@ -5,9 +5,10 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use leaf_core::{Error, Locking, NodeIdentity, Result};
+use leaf_core::{Error, NodeIdentity, Result};
 use leaf_sql::{
-    Arg, KEY, RegistryDialect, Transport, inline, map_sqlx, map_sqlx_at_start, worker_id_of,
+    Arg, KEY, Locking, RegistryDialect, Transport, inline, map_sqlx, map_sqlx_at_start,
+    worker_id_of,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgQueryResult};
 use sqlx::{AssertSqlSafe, Row};

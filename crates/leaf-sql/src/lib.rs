@@ -7,6 +7,7 @@ mod inline;
 mod queries;
 mod registry;
 mod rows;
+mod session_lock;
 mod store;
 
 pub use config::{Settings, SqlConfig, fmt_config, parse_url, ssl_mode, validate_store};
@@ -17,6 +18,10 @@ pub use inline::{Arg, inline};
 pub use queries::Queries;
 pub use registry::{RegistryDialect, SqlBackend, SqlRegistry, Transport, reachable};
 pub use rows::{not_found, record, records};
+pub use session_lock::{
+    ConnectError, Held, HeldIdentity, IdentitySettings, Locking, MarkRow, MarkWrite, Proof,
+    SessionLock, session_idle_limit,
+};
 pub use store::{SqlStore, StoreDialect};
 
 use std::marker::PhantomData;

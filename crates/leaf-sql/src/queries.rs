@@ -3,10 +3,7 @@
 //! only, on the blanket implementation.
 
 use async_trait::async_trait;
-use leaf_core::{
-    Allocation, Error, MarkRow, MarkWrite, NewTag, Proof, Result, Tag, TagRecord, TagUpdate,
-    clamp_step,
-};
+use leaf_core::{Allocation, Error, NewTag, Result, Tag, TagRecord, TagUpdate, clamp_step};
 use sqlx::AssertSqlSafe;
 use sqlx::database::HasStatementCache;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
@@ -14,7 +11,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 use crate::error::{map_sqlx, map_sqlx_at_start, retry_conflicts, worker_id_of};
 use crate::inline::{Arg, inline};
 use crate::rows::{not_found, positive_step, record, records};
-use crate::{Conn, Dialect, KEY, RegistryDialect, StoreDialect};
+use crate::{Conn, Dialect, KEY, MarkRow, MarkWrite, Proof, RegistryDialect, StoreDialect};
 
 /// A dialect ([`StoreDialect`] and [`RegistryDialect`]) whose database runs Leaf's statements: every dialect whose database has sqlx's
 /// executors and Leaf's types (`i64`, text). The shared store and registry run their

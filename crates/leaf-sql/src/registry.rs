@@ -1,5 +1,5 @@
 //! [`SqlBackend`]: the fork's database workerId mode on `leaf_workerid_alloc`, in any dialect,
-//! its identity held by [`leaf_core::HeldIdentity`] on a lock of the dialect's;
+//! its identity held by [`HeldIdentity`] on a lock of the dialect's;
 //! [`SqlRegistry`] is it with the worker-id cache file.
 
 use std::fmt;
@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CachedRegistry, ClaimError, ConnectError, Error, HeldIdentity,
-    IdentitySettings, Lease, Locking, MarkRow, MarkWrite, NodeIdentity, Proof,
-    RegistryCapabilities, Renewal, Result, SessionLock, WorkerIdBackend, bounded,
-    session_idle_limit,
+    AcquireRequest, CachedRegistry, ClaimError, Error, Lease, NodeIdentity, RegistryCapabilities,
+    Renewal, Result, WorkerIdBackend, bounded,
 };
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 
 use crate::config::pool;
 use crate::error::{map_sqlx, map_sqlx_at_start};
+use crate::session_lock::{
+    ConnectError, HeldIdentity, IdentitySettings, Locking, MarkRow, MarkWrite, Proof, SessionLock,
+    session_idle_limit,
+};
 use crate::store::{ensure_table, type_name};
 use crate::{Conn, Dialect, KEY, Options, Queries, SqlConfig};
 
@@ -140,7 +142,7 @@ pub type SqlRegistry<D> = CachedRegistry<SqlBackend<D>>;
 /// a dedicated connection, so a second live process with the same `ip:port` fails to start with
 /// an error naming the identity instead of issuing the same IDs. A start waits up to 2 s for
 /// the lock (a crashed predecessor's session ends when the server notices its closed
-/// connection). The connection's idle limit is set ([`leaf_core::session_idle_limit`]), so the
+/// connection). The connection's idle limit is set ([`session_idle_limit`]), so the
 /// lock never outlives a vanished process by long. If the connection drops, the lock is taken
 /// again on the next write; if another process took it meanwhile, or wrote the row's mark, the
 /// lease is lost. A start falls back to the cache file only when no connection to the server
@@ -156,7 +158,7 @@ pub struct SqlBackend<D: Queries> {
     config: D::Config,
     file_name: String,
     legacy_file_name: Option<String>,
-    /// The identity lock and the mark's background writes (`leaf_core::HeldIdentity`).
+    /// The identity lock and the mark's background writes ([`HeldIdentity`]).
     held: HeldIdentity<SqlLock<D>>,
 }
 

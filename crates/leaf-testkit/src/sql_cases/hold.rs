@@ -8,8 +8,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use leaf_core::{Error, Lease, Locking, MarkRow, MarkWrite, NodeIdentity, Proof, Renewal};
-use leaf_sql::{Conn, Options, Queries, RegistryDialect};
+use leaf_core::{Error, Lease, NodeIdentity, Renewal};
+use leaf_sql::{Conn, Locking, MarkRow, MarkWrite, Options, Proof, Queries, RegistryDialect};
 use serde_json::{Value, json};
 use sqlx::Connection;
 

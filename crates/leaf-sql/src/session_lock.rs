@@ -49,7 +49,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
-use crate::{ClaimError, Error, Renewal, Result, bounded};
+use leaf_core::{ClaimError, Error, Renewal, Result, bounded};
 
 /// How a mark write treats the stored mark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
