@@ -9,8 +9,8 @@ mod template;
 
 pub use business::{
     ALL_PERIODS, BusinessTags, CLAIM_PREFIX, Definition, Grouped, Issued, Joined, MAX_BASE_CHARS,
-    PRELOAD_AHEAD, PROPS_PREFIX, Properties, STEP_SHARE, Taken, check_plain, definition_tag,
-    group_rows, is_claim, reserved,
+    PRELOAD_AHEAD, PROPS_PREFIX, Properties, STEP_SHARE, Taken, check_description, check_new_plain,
+    check_plain, check_unclaimed, check_update, definition_tag, group_rows, is_claim, reserved,
 };
 pub use period::{Period, Reset, Zone};
 pub use radix::Radix;

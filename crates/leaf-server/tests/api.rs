@@ -2672,16 +2672,12 @@ async fn plain_tags_named_like_business_rows_before_them_are_served_as_ever() {
     .await;
     assert_eq!(plain_id(&get(&f.app, "/api/segment/get/job@2024").await), 1);
     assert_eq!(plain_id(&get(&f.app, "/api/segment/get/mail@").await), 1);
-    let r = send(
-        &f.app,
-        Method::PATCH,
-        "/v1/tags/job@2024",
-        LOCAL,
-        JSON,
-        Some(r#"{"step":20}"#),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
+    // Their rows are not changed through the API: a name of that shape is refused by itself
+    // (issue 32), since no lookup can tell it from a business tag's row created a moment ago.
+    let m = patch_tag(&f.app, "job@2024", &serde_json::json!({ "step": 20 }))
+        .await
+        .error(400, 400);
+    assert!(m.contains("in its database"), "{m}");
     // New names of that shape are refused, and a business tag cannot take such rows over.
     post_tag(&f.app, r#"{"tag":"job@2025"}"#)
         .await
@@ -2699,4 +2695,99 @@ async fn plain_tags_named_like_business_rows_before_them_are_served_as_ever() {
         );
     }
     assert_eq!(plain_id(&get(&f.app, "/api/segment/get/job@2024").await), 2);
+}
+
+/// A node as `server::start` builds it from its configuration: segment mode only, on the SQLite
+/// file `file` shared with other nodes, with `seeds` as `segment.seed_tags`.
+async fn sqlite_node(
+    file: &std::path::Path,
+    seeds: &[&str],
+) -> anyhow::Result<(leaf_server::server::Running, Router)> {
+    let mut config = Config::default();
+    config.snowflake.enabled = false;
+    config.segment.store = "sqlite".into();
+    config
+        .segment
+        .stores
+        .insert("url", format!("sqlite://{}", file.display()));
+    config.segment.seed_tags = seeds.iter().map(|s| s.to_string()).collect();
+    let running = leaf_server::server::start(&config, "127.0.0.1:8080".parse().unwrap()).await?;
+    let app = app(running.state.clone());
+    Ok((running, app))
+}
+
+async fn patch_tag(app: &Router, tag: &str, body: &Value) -> Reply {
+    let uri = format!("/v1/tags/{tag}");
+    send(
+        app,
+        Method::PATCH,
+        &uri,
+        LOCAL,
+        JSON,
+        Some(&body.to_string()),
+    )
+    .await
+}
+
+/// Issue 32: a definition created on another node within the second a node remembers "no such
+/// tag" was missed by the PATCH guard, and `order@` could be turned from daily to monthly (whose
+/// rows print the same IDs). The rows of business tags are refused by name alone, and no tag
+/// may hold a description that reads as properties or as a claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_node_changes_a_business_tags_rows_and_no_tag_holds_properties() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leaf.db");
+    let (_a, a) = sqlite_node(&file, &[]).await.unwrap();
+    let (_b, b) = sqlite_node(&file, &[]).await.unwrap();
+    // Node B asks first, and remembers for a second that there is no such tag.
+    get(&b, "/api/segment/get/order").await.error(404, -2);
+    let r = post_tag(&a, ORDER).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let daily = get(&a, "/v1/tags/order@").await.json()["description"].clone();
+    let monthly = "leaf-props:v1 reset=month zone=Asia/Shanghai first=1 \
+                   format=ORD{date:%Y%m}{seq:06}";
+    for tag in [
+        "order@",
+        "order@20261127",
+        "order@202611",
+        "order@all",
+        "order",
+    ] {
+        for body in [
+            serde_json::json!({ "description": monthly }),
+            serde_json::json!({ "step": 5 }),
+        ] {
+            let r = patch_tag(&b, tag, &body).await;
+            assert_eq!(r.status, 400, "PATCH {tag} {body} on node B: {}", r.text());
+        }
+    }
+    let stored = get(&a, "/v1/tags/order@").await.json();
+    assert_eq!(stored["description"], daily, "{stored}");
+    // Text that reads as a definition or a claim is no plain tag's description.
+    assert_eq!(
+        post_tag(&a, r#"{"tag":"plain","description":"made by hand"}"#)
+            .await
+            .status,
+        201
+    );
+    for text in [
+        monthly,
+        "leaf-props:v2 anything",
+        "leaf-business: counted in plain@",
+    ] {
+        let body = serde_json::json!({ "tag": "other", "description": text });
+        let m = post_tag(&b, &body.to_string()).await.error(400, 400);
+        assert!(m.contains("description"), "{m}");
+        let m = patch_tag(&b, "plain", &serde_json::json!({ "description": text }))
+            .await
+            .error(400, 400);
+        assert!(m.contains("description"), "{m}");
+    }
+    assert_eq!(
+        get(&a, "/v1/tags/other").await.status,
+        404,
+        "nothing created"
+    );
+    let plain = get(&a, "/v1/tags/plain").await.json();
+    assert_eq!(plain["description"], "made by hand", "{plain}");
 }
