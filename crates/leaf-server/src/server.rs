@@ -261,11 +261,13 @@ async fn start_segment(
     }
 }
 
-/// Creates the seed tags that are missing. A retryable failure (the store is down) is returned,
-/// for segment mode's start-up to retry; any other is logged and the tag left out.
-async fn seed(store: &dyn SegmentStore, tags: &[leaf_core::Tag]) -> leaf_core::Result<()> {
-    for tag in tags {
-        match store.create(&NewTag::new(tag.clone())).await {
+/// Creates the seed tags that are missing (checked as `POST /v1/tags` checks a plain tag, by
+/// `SegmentSection::seed_tags`). A retryable failure (the store is down) is returned, for
+/// segment mode's start-up to retry; any other is logged and the tag left out.
+async fn seed(store: &dyn SegmentStore, tags: &[NewTag]) -> leaf_core::Result<()> {
+    for new in tags {
+        let tag = &new.tag;
+        match store.create(new).await {
             Ok(r) => tracing::info!(tag = %tag, step = r.step, "seed tag created"),
             Err(Error::AlreadyExists(_)) => {}
             Err(e) if e.is_retryable() => return Err(e),

@@ -2601,12 +2601,7 @@ async fn listings_show_business_tags_with_their_periods_under_them() {
     let order = tags.iter().find(|t| t["tag"] == "order").unwrap();
     assert_eq!(order["format"], "ORD{date:%Y%m%d}{seq:06}", "{order}");
     assert_eq!(order["reset"], "day", "{order}");
-    let periods: Vec<&str> = order["periods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["tag"].as_str().unwrap())
-        .collect();
+    let periods = tag_names(&order["periods"]);
     assert_eq!(periods, ["order@20261126", "order@20261127"], "{order}");
     let today = &order["periods"][1];
     assert_eq!(today["cache"]["initialized"], true, "{today}");
@@ -2790,4 +2785,34 @@ async fn no_node_changes_a_business_tags_rows_and_no_tag_holds_properties() {
     );
     let plain = get(&a, "/v1/tags/plain").await.json();
     assert_eq!(plain["description"], "made by hand", "{plain}");
+}
+
+/// Issue 32: `segment.seed_tags = ["seeded@"]` created a row of a business definition's shape,
+/// which a PATCH could then make a business tag with no claim. Seeds go through the checks of
+/// `POST /v1/tags`, and a bad one stops start-up naming the key, before anything is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_tags_pass_the_checks_of_a_created_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leaf.db");
+    for seed in ["seeded@", "seeded@2026", "seeded@20261127", "seeded@all"] {
+        match sqlite_node(&file, &["fine", seed]).await {
+            Ok(_) => panic!("segment.seed_tags = [\"fine\", {seed:?}] started"),
+            Err(e) => {
+                let m = format!("{e:#}");
+                assert!(
+                    m.contains("segment.seed_tags") && m.contains(seed) && m.contains("reserved"),
+                    "{m}"
+                );
+            }
+        }
+    }
+    let (_node, app) = sqlite_node(&file, &["fine"]).await.unwrap();
+    let list = get(&app, "/v1/tags").await.json();
+    assert_eq!(tag_names(&list["tags"]), ["fine"], "{list}");
+}
+
+/// The `tag` of each object of a JSON array (a listing's tags, a business tag's periods).
+fn tag_names(list: &Value) -> Vec<&str> {
+    let rows = list.as_array().expect("an array of tags");
+    rows.iter().map(|t| t["tag"].as_str().unwrap()).collect()
 }
