@@ -2,8 +2,9 @@
 //!
 //! A template is literal text with two kinds of fields: `{seq}` (the value: `{seq}`,
 //! `{seq:06}` zero-padded to a fixed width, `{seq:base36}`, `{seq:base62}`, and a base with a
-//! width, `{seq:base36:08}`) and `{date:...}` (the period, in `%Y`, `%y`, `%m`, `%d`, `%j` and
-//! any character that is not a digit). `{{` and `}}` are literal braces. A template is refused
+//! width, `{seq:base36:08}`) and `{date:...}` (the period, in `%Y`, `%m`, `%d`, `%j` and
+//! any character that is not a digit; `%y` is refused: its two digits repeat every hundred
+//! years). `{{` and `}}` are literal braces. A template is refused
 //! when it cannot be read back: exactly one `{seq}`; a `{seq}` without a width is followed by the
 //! end or by a literal that does not start with one of its digits; a date as fine as the
 //! counter's reset (a daily counter without the day would repeat every day), and none without
@@ -38,8 +39,6 @@ enum Part {
 enum DatePart {
     /// `%Y`: four digits.
     Year,
-    /// `%y`: two digits.
-    ShortYear,
     /// `%m`.
     Month,
     /// `%d`.
@@ -53,7 +52,7 @@ impl DatePart {
     fn width(self) -> usize {
         match self {
             DatePart::Year => 4,
-            DatePart::ShortYear | DatePart::Month | DatePart::Day => 2,
+            DatePart::Month | DatePart::Day => 2,
             DatePart::DayOfYear => 3,
             DatePart::Char(c) => c.len_utf8(),
         }
@@ -143,7 +142,7 @@ impl Template {
             (Some(_), [_, _, ..]) => return Err("at most one {date:...}".into()),
             (Some(reset), [date]) => {
                 let has = |p: DatePart| date.contains(&p);
-                let year = has(DatePart::Year) || has(DatePart::ShortYear);
+                let year = has(DatePart::Year);
                 let fine = match reset {
                     Reset::Year => year,
                     Reset::Month => year && has(DatePart::Month),
@@ -157,7 +156,7 @@ impl Template {
                         "its date is coarser than the {reset}, so its IDs would repeat: a \
                          counter that restarts every {reset} needs {}",
                         match reset {
-                            Reset::Year => "%Y (or %y)",
+                            Reset::Year => "%Y",
                             Reset::Month => "%Y and %m",
                             Reset::Day => "%Y, %m and %d (or %Y and %j)",
                         }
@@ -372,11 +371,19 @@ fn date_part(spec: &str) -> std::result::Result<Vec<DatePart>, String> {
         out.push(match c {
             '%' => match chars.next() {
                 Some('Y') => DatePart::Year,
-                Some('y') => DatePart::ShortYear,
+                // A row per period is created by whichever node's clock reaches it: 2126's
+                // would print 2026's IDs again.
+                Some('y') => {
+                    return Err(
+                        "%y repeats every hundred years (2126 would print 2026's IDs again): \
+                         write %Y"
+                            .into(),
+                    );
+                }
                 Some('m') => DatePart::Month,
                 Some('d') => DatePart::Day,
                 Some('j') => DatePart::DayOfYear,
-                Some(other) => return Err(format!("%{other} in a date: %Y, %y, %m, %d or %j")),
+                Some(other) => return Err(format!("%{other} in a date: %Y, %m, %d or %j")),
                 None => return Err("a date ends with %".into()),
             },
             c if c.is_ascii_digit() => return Err(format!("a digit ({c}) in a date's pattern")),
@@ -394,7 +401,6 @@ fn write_date(parts: &[DatePart], d: Date, out: &mut String) {
     for p in parts {
         let _ = match p {
             DatePart::Year => write!(out, "{:04}", d.year()),
-            DatePart::ShortYear => write!(out, "{:02}", d.year().rem_euclid(100)),
             DatePart::Month => write!(out, "{:02}", d.month()),
             DatePart::Day => write!(out, "{:02}", d.day()),
             DatePart::DayOfYear => write!(out, "{:03}", d.day_of_year()),
@@ -404,7 +410,7 @@ fn write_date(parts: &[DatePart], d: Date, out: &mut String) {
 }
 
 fn read_date(parts: &[DatePart], text: &str) -> Option<Date> {
-    let (mut year, mut short, mut month, mut day, mut yday) = (None, None, None, None, None);
+    let (mut year, mut month, mut day, mut yday) = (None, None, None, None);
     let mut rest = text;
     for p in parts {
         let (head, tail) = split_at(rest, p.width())?;
@@ -416,7 +422,6 @@ fn read_date(parts: &[DatePart], text: &str) -> Option<Date> {
         };
         match p {
             DatePart::Year => year = Some(num()?),
-            DatePart::ShortYear => short = Some(num()?),
             DatePart::Month => month = Some(num()? as i8),
             DatePart::Day => day = Some(num()? as i8),
             DatePart::DayOfYear => yday = Some(num()?),
@@ -427,7 +432,7 @@ fn read_date(parts: &[DatePart], text: &str) -> Option<Date> {
             }
         }
     }
-    let year = year.or(short.map(|y| 2000 + y))?;
+    let year = year?;
     match (month, day, yday) {
         (_, _, Some(yday)) => Date::new(year, 1, 1)
             .ok()?
@@ -551,11 +556,11 @@ mod tests {
         let p = Some(Period::from_key(Reset::Month, "202602").unwrap());
         assert_eq!(m.render(p, 5).unwrap(), "M2026-02/5");
         assert_eq!(m.decode("M2026-02/5").unwrap().1, 5);
-        let y = Template::parse("{date:%y}{seq:04}", Some(Reset::Year)).unwrap();
+        let y = Template::parse("{date:%Y}{seq:04}", Some(Reset::Year)).unwrap();
         assert_eq!(
             y.render(Some(Period::from_key(Reset::Year, "2026").unwrap()), 42)
                 .unwrap(),
-            "260042"
+            "20260042"
         );
         let j = Template::parse("{date:%Y%j}.{seq}", Some(Reset::Day)).unwrap();
         assert_eq!(j.render(day("20261126"), 9).unwrap(), "2026330.9");
@@ -591,6 +596,10 @@ mod tests {
         refused("{seq:020}", None, "01 to 19");
         refused("{seq:base16}", None, "base36 or base62");
         refused("{date:%H}{seq}", Some(Reset::Day), "%H in a date");
+        // Two digits of the year repeat every hundred years (issue 32).
+        refused("{date:%y%m%d}{seq}", Some(Reset::Day), "%y repeats");
+        refused("{date:%y}{seq:04}", Some(Reset::Year), "%y repeats");
+        refused("{date:%Y-%y}{seq:04}", Some(Reset::Year), "%y repeats");
         refused("{date:%Y1}{seq}", Some(Reset::Year), "a digit");
         refused("{nope}", None, "unknown field");
         refused("{seq", None, "without its '}'");

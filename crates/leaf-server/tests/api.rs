@@ -2479,6 +2479,10 @@ async fn bad_business_tags_are_400_and_store_nothing() {
             "description",
         ),
         (r#"{"tag":"b@9","format":"B{seq}"}"#, "@"),
+        (
+            r#"{"tag":"b10","reset":"day","format":"B{date:%y%m%d}{seq}"}"#,
+            "%y repeats",
+        ),
         (r#"{"tag":"x@20261126"}"#, "reserved"),
         (r#"{"tag":"x@"}"#, "reserved"),
     ] {

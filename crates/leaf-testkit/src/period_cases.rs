@@ -168,7 +168,7 @@ pub async fn two_nodes_across_midnight_print_no_id_twice(fixture: &dyn StoreFixt
     one.create(
         &t,
         10,
-        props(Some(Reset::Day), "Asia/Shanghai", 1, "S{date:%y%m%d}-{seq}"),
+        props(Some(Reset::Day), "Asia/Shanghai", 1, "S{date:%Y%m%d}-{seq}"),
     )
     .await
     .expect("create");
@@ -196,8 +196,8 @@ pub async fn two_nodes_across_midnight_print_no_id_twice(fixture: &dyn StoreFixt
         assert!(seen.insert(id.clone()), "{id} was issued twice");
     }
     assert_eq!(seen.len(), 8 * 15 * 3 + 40);
-    let days: HashSet<&str> = seen.iter().map(|id| &id[1..7]).collect();
-    assert_eq!(days, HashSet::from(["261126", "261127"]));
+    let days: HashSet<&str> = seen.iter().map(|id| &id[1..9]).collect();
+    assert_eq!(days, HashSet::from(["20261126", "20261127"]));
 }
 
 /// Monthly and yearly counters restart at their period's end (UTC here).
