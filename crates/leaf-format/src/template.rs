@@ -26,6 +26,8 @@ pub const MAX_WIDTH: usize = 19;
 pub struct Template {
     source: String,
     parts: Vec<Part>,
+    /// The reset it was parsed for: the period of a date read back.
+    reset: Option<Reset>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,6 +108,7 @@ impl Template {
         let template = Template {
             source: source.to_owned(),
             parts,
+            reset,
         };
         template.check(reset).map_err(|why| bad(&why))?;
         Ok(template)
@@ -257,8 +260,10 @@ impl Template {
         self.renderer(period).render(value)
     }
 
-    /// The period's date (if the template has one) and the value of `text`, as printed by this
-    /// template; `InvalidInput` if it is not one of its IDs.
+    /// The period's date (its first day, if the template has a date) and the value of `text`,
+    /// as printed by this template; `InvalidInput` if it is not one of its IDs. Only the text
+    /// the template prints is read (exact widths, no leading zero where it prints none, a
+    /// period's first day for a date finer than its reset), so that decoding validates an ID.
     pub fn decode(&self, text: &str) -> Result<(Option<Date>, i64)> {
         let not_ours = || {
             Error::InvalidInput(format!(
@@ -294,7 +299,14 @@ impl Template {
         if !rest.is_empty() {
             return Err(not_ours());
         }
-        Ok((date, value.ok_or_else(not_ours)?))
+        let value = value.ok_or_else(not_ours)?;
+        let period = date.zip(self.reset).map(|(d, r)| Period::of(r, d));
+        // Fields are read leniently above (any digits, any day); the text counts only if it is
+        // what this template prints for what was read.
+        if self.render(period, value).ok().as_deref() != Some(text) {
+            return Err(not_ours());
+        }
+        Ok((period.map(Period::first_day), value))
     }
 }
 
@@ -613,6 +625,59 @@ mod tests {
                 .to_string()
                 .contains("up to 999")
         );
+    }
+
+    /// Issue 32: decode validates an ID, so it reads only the text the template prints.
+    #[test]
+    fn only_the_text_a_template_prints_is_decoded() {
+        let check = |source: &str, reset: Option<Reset>, text: &str, expect: Option<i64>| {
+            let t = Template::parse(source, reset).unwrap();
+            let got = t.decode(text);
+            assert_eq!(
+                got.as_ref().ok().map(|d| d.1),
+                expect,
+                "{source} {text}: {got:?}"
+            );
+            if let Ok((date, value)) = got {
+                let period = date.zip(reset).map(|(d, r)| Period::of(r, d));
+                assert_eq!(t.render(period, value).unwrap(), text, "{source}");
+            }
+        };
+        let day = Some(Reset::Day);
+        check("N{date:%Y%m%d}-{seq:02}", day, "N20261127-01", Some(1));
+        check("N{date:%Y%m%d}-{seq:03}", day, "N20261127-01", None);
+        check("N{date:%Y%m%d}-{seq}", day, "N20261127-1", Some(1));
+        check("N{date:%Y%m%d}-{seq}", day, "N20261127-01", None);
+        check("N{date:%Y%m%d}-{seq}", day, "N20261127-0", Some(0));
+        check("N{date:%Y%m%d}-{seq}", day, "N20261127-00", None);
+        // A monthly counter prints the first of its month, never another day.
+        let month = Some(Reset::Month);
+        check("M{date:%Y%m%d}{seq:04}", month, "M202611010007", Some(7));
+        check("M{date:%Y%m%d}{seq:04}", month, "M202611150007", None);
+        check(
+            "Y{date:%Y%m}{seq:04}",
+            Some(Reset::Year),
+            "Y2026010007",
+            Some(7),
+        );
+        check(
+            "Y{date:%Y%m}{seq:04}",
+            Some(Reset::Year),
+            "Y2026050007",
+            None,
+        );
+        check("{date:%Y%j}.{seq}", day, "2026330.9", Some(9));
+        check("{date:%Y%j}.{seq}", day, "2026000.9", None);
+        // Digits without a width have no leading zero; with one, exactly that many.
+        check("{seq:base62}", None, "zz", Some(3843));
+        check("{seq:base62}", None, "0zz", None);
+        check("{seq:base36}", None, "00zz", None);
+        check("{seq:base36:04}", None, "00zz", Some(1295));
+        check("{seq:base36:04}", None, "0zz", None);
+        check("{seq:base36:04}", None, "000zz", None);
+        check("{seq}", None, "0", Some(0));
+        check("{seq}", None, "+7", None);
+        check("{seq}", None, "007", None);
     }
 
     #[test]

@@ -2820,3 +2820,73 @@ fn tag_names(list: &Value) -> Vec<&str> {
     let rows = list.as_array().expect("an array of tags");
     rows.iter().map(|t| t["tag"].as_str().unwrap()).collect()
 }
+
+/// Issue 32: `/v1/decode` validates an ID, so it reads only the text the tag prints: wrong
+/// widths, leading zeros, a day in a monthly tag's date are 400, as are a snowflake form's
+/// leading zeros and signs.
+#[tokio::test]
+async fn decode_reads_only_the_text_a_tag_prints() {
+    let (f, _clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS).await;
+    for body in [
+        r#"{"tag":"n","reset":"day","format":"N{date:%Y%m%d}-{seq}"}"#,
+        r#"{"tag":"w","reset":"day","format":"W{date:%Y%m%d}-{seq:03}"}"#,
+        r#"{"tag":"m","reset":"month","format":"M{date:%Y%m%d}{seq:04}"}"#,
+        r#"{"tag":"b","format":"B{seq:base62}"}"#,
+    ] {
+        let r = post_tag(&f.app, body).await;
+        assert_eq!(r.status, 201, "{body}: {}", r.text());
+    }
+    let decode = |tag: &str, id: &str| {
+        let (app, uri) = (f.app.clone(), format!("/v1/decode/{tag}?id={id}"));
+        async move { get(&app, &uri).await }
+    };
+    for (tag, id, value) in [
+        ("n", "N20261127-1", 1),
+        ("w", "W20261127-001", 1),
+        ("m", "M202611010007", 7),
+        ("b", "Bzz", 3843),
+    ] {
+        let r = decode(tag, id).await;
+        assert_eq!(r.status, 200, "{tag} {id}: {}", r.text());
+        assert_eq!(r.json()["value"], value, "{tag} {id}");
+    }
+    for (tag, id) in [
+        ("n", "N20261127-01"),
+        ("w", "W20261127-01"),
+        ("w", "W20261127-0001"),
+        ("m", "M202611150007"),
+        ("b", "B0zz"),
+    ] {
+        let m = decode(tag, id).await.error(400, 400);
+        assert!(m.contains("not an ID"), "{tag} {id}: {m}");
+    }
+    let layout = SnowflakeLayout::default();
+    let id = layout.encode(1_795_699_050_192, 3, 17).unwrap();
+    for (format, text, ok) in [
+        ("friendly", "20261126131730192-3-17", true),
+        ("friendly", "20261126131730192-+3-17", false),
+        ("friendly", "20261126131730192-03-17", false),
+        (
+            "base62",
+            &leaf_format::Radix::Base62.encode(id as u64),
+            true,
+        ),
+        (
+            "base62",
+            &format!("0{}", leaf_format::Radix::Base62.encode(id as u64)),
+            false,
+        ),
+    ] {
+        let r = get(
+            &f.app,
+            &format!("/v1/snowflake/{text}/decode?format={format}"),
+        )
+        .await;
+        if ok {
+            assert_eq!(r.status, 200, "{format} {text}: {}", r.text());
+            assert_eq!(r.json()["id"], id, "{format} {text}");
+        } else {
+            r.error(400, 400);
+        }
+    }
+}
