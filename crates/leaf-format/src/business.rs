@@ -20,12 +20,12 @@
 //! of every printed ID, so they cannot print the same ID. Values are unique and increasing
 //! within a node and a period, not gap-free (as Leaf's segments).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use leaf_core::{Clock, Error, NewTag, Result, SegmentStore, Tag, TagRecord, TagUpdate};
-use leaf_segment::{SegmentAllocator, SegmentConfig};
+use leaf_segment::{LoadObserver, SegmentAllocator, SegmentConfig, TagHandle};
 
 use crate::{Period, Renderer, Reset, Template, Zone};
 
@@ -305,8 +305,8 @@ pub struct BusinessTags {
     defs: RwLock<HashMap<Tag, Arc<Definition>>>,
     /// Base tags found to have no definition, until when (the clock's monotonic time).
     misses: Mutex<HashMap<Box<str>, Duration>>,
-    /// Period rows already preloaded.
-    preloaded: Mutex<HashSet<Tag>>,
+    /// Per base tag, the next period's row, once preloaded.
+    preloaded: Mutex<HashMap<Tag, Tag>>,
     /// Per base tag, what it counts in now.
     currents: Mutex<HashMap<Tag, Arc<Current>>>,
 }
@@ -316,6 +316,9 @@ pub struct BusinessTags {
 struct Current {
     period: Option<Period>,
     row: Tag,
+    /// The row's entry in the allocator, once found: requests skip the name lookup (its rows
+    /// are transient tags, which the by-name path finds by hashing).
+    handle: OnceLock<TagHandle>,
     renderer: Renderer,
     /// Its start and end (exclusive), Unix milliseconds.
     from_ms: i64,
@@ -410,7 +413,9 @@ impl BusinessTags {
             ..config
         };
         BusinessTags {
-            alloc: SegmentAllocator::new(Arc::clone(&store), Arc::clone(&clock), config),
+            // A row per period, dropped once its period is over.
+            alloc: SegmentAllocator::new(Arc::clone(&store), Arc::clone(&clock), config)
+                .with_transient_tags(),
             store,
             clock,
             defs: RwLock::default(),
@@ -432,6 +437,13 @@ impl BusinessTags {
     /// The allocator of the period rows (its snapshot shows them).
     pub fn allocator(&self) -> &SegmentAllocator {
         &self.alloc
+    }
+
+    /// Reports every load of a period row to `observer`, under the row's base tag (`order`
+    /// for `order@20261127`), so that what it counts by tag stays one entry per business tag.
+    pub fn observe_loads(&self, observer: Arc<dyn LoadObserver>) {
+        // Clones of an allocator share everything, its observer too.
+        let _ = self.alloc.clone().with_observer(Arc::new(ByBase(observer)));
     }
 
     /// Creates `base` with `props` and `step` (its definition row), refusing a base that is
@@ -600,21 +612,25 @@ impl BusinessTags {
     pub async fn take(&self, def: &Definition, n: usize) -> Result<Taken> {
         let now = self.clock.now_ms() as i64;
         let current = self.current(def, now)?;
-        let row = current.row.as_str();
-        let take = || async {
-            if n == 1 {
-                // The allocator's lock-free path, as a plain tag's single IDs take.
-                self.alloc.next_id(row).await.map(|v| vec![v])
-            } else {
-                self.alloc.next_ids(row, n).await
+        let handle = match current.handle.get() {
+            Some(h) => h,
+            None => {
+                let row = current.row.as_str();
+                let h = match self.alloc.handle(row).await {
+                    Err(Error::NotFound(_)) => {
+                        self.ensure_row(def, &current.row).await?;
+                        self.alloc.handle(row).await?
+                    }
+                    h => h?,
+                };
+                current.handle.get_or_init(|| h)
             }
         };
-        let values = match take().await {
-            Err(Error::NotFound(_)) => {
-                self.ensure_row(def, &current.row).await?;
-                take().await?
-            }
-            r => r?,
+        let values = if n == 1 {
+            // The allocator's lock-free path, as a plain tag's single IDs take.
+            handle.next_id().await.map(|v| vec![v])?
+        } else {
+            handle.next_ids(n).await?
         };
         if current.until_ms.saturating_sub(now) <= PRELOAD_AHEAD.as_millis() as i64 {
             self.preload(def, current.period);
@@ -641,16 +657,43 @@ impl BusinessTags {
         let current = Arc::new(Current {
             period,
             row: def.row(period)?,
+            handle: OnceLock::new(),
             renderer: def.props.format.renderer(period),
             from_ms,
             until_ms,
         });
-        let mut currents = lock(&self.currents);
-        if currents.len() >= MAX_MISSES {
-            currents.clear();
+        let before = {
+            let mut currents = lock(&self.currents);
+            if currents.len() >= MAX_MISSES {
+                currents.clear();
+            }
+            currents.insert(def.base.clone(), Arc::clone(&current))
+        };
+        if before.is_some_and(|b| b.row != current.row) {
+            self.retire(def, &current);
         }
-        currents.insert(def.base.clone(), Arc::clone(&current));
         Ok(current)
+    }
+
+    /// Once `def` counts in `current`, drops what it held for other periods: their rows'
+    /// allocator entries and preload mark, so that a node serving a daily tag for years holds
+    /// the current day's and the next one's, not one entry per day. A request still in flight
+    /// on an older row finds it again by name (and the next change of period drops it).
+    fn retire(&self, def: &Definition, current: &Current) {
+        let Some(next) = current.period.and_then(|p| def.row(Some(p.next())).ok()) else {
+            return;
+        };
+        let base = def.base.as_str();
+        let dropped = self.alloc.drop_tags(|name| {
+            reserved(name).is_some_and(|(b, suffix)| b == base && !suffix.is_empty())
+                && name != current.row.as_str()
+                && name != next.as_str()
+        });
+        let mut preloaded = lock(&self.preloaded);
+        if preloaded.get(&def.base) != Some(&next) {
+            preloaded.remove(&def.base);
+        }
+        tracing::debug!(tag = %base, dropped = ?dropped, "periods over dropped");
     }
 
     /// For a period row of a business tag (`order@20261127`, `ticket@all`) whose period is
@@ -710,7 +753,7 @@ impl BusinessTags {
         let Ok(row) = def.row(Some(period.next())) else {
             return;
         };
-        if !lock(&self.preloaded).insert(row.clone()) {
+        if lock(&self.preloaded).insert(def.base.clone(), row.clone()) == Some(row.clone()) {
             return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -730,6 +773,19 @@ impl BusinessTags {
             alloc.forget_miss(row.as_str());
             alloc.warm(vec![row]);
         });
+    }
+}
+
+/// A load observer that sees a period row's loads as its base tag's.
+#[derive(Debug)]
+struct ByBase(Arc<dyn LoadObserver>);
+
+impl LoadObserver for ByBase {
+    fn on_load(&self, tag: &Tag, ok: bool, took: Duration) {
+        match reserved(tag.as_str()).and_then(|(base, _)| Tag::new(base).ok()) {
+            Some(base) => self.0.on_load(&base, ok, took),
+            None => self.0.on_load(tag, ok, took),
+        }
     }
 }
 
@@ -914,7 +970,50 @@ pub fn group_rows(rows: Vec<TagRecord>) -> Vec<Grouped> {
 
 #[cfg(test)]
 mod tests {
+    use leaf_core::ManualClock;
+    use leaf_testkit::MemoryStore;
+
     use super::*;
+
+    /// 2026-11-27 00:00:00 UTC.
+    const MIDNIGHT_MS: i64 = 1_795_737_600_000;
+    const DAY_MS: i64 = 86_400_000;
+
+    /// Issue 32: a node serving a daily tag for days keeps what the current period and the
+    /// next need, not one allocator entry and one preload mark per day forever.
+    #[tokio::test]
+    async fn ended_periods_leave_nothing_behind() {
+        let clock = ManualClock::new(MIDNIGHT_MS as u64);
+        let store = Arc::new(MemoryStore::new());
+        let tags = BusinessTags::new(store, Arc::new(clock.clone()), SegmentConfig::default());
+        let props = Properties::new(Some(Reset::Day), None, None, Some("O{date:%Y%m%d}{seq:04}"));
+        let def = tags
+            .create(&tag("order"), 50, props.unwrap())
+            .await
+            .unwrap();
+        for day in 0..10 {
+            let midnight = MIDNIGHT_MS + day * DAY_MS;
+            for at in [midnight + 1_000, midnight + DAY_MS - 10_000] {
+                clock.set_ms(at as u64);
+                let ids = tags.next(&def, 1).await.unwrap().ids;
+                assert!(ids[0].starts_with('O'), "{ids:?}");
+                // The next day's preload runs meanwhile.
+                tokio::task::yield_now().await;
+            }
+        }
+        let held: Vec<String> = tags
+            .allocator()
+            .snapshot()
+            .into_iter()
+            .map(|s| s.tag.to_string())
+            .collect();
+        assert!(
+            held.len() <= 2 && held.iter().all(|t| t >= &"order@20261206".to_string()),
+            "entries held after 10 days: {held:?}"
+        );
+        let marks = lock(&tags.preloaded).len();
+        assert!(marks <= 1, "{marks} preload marks held after 10 days");
+    }
 
     fn tag(name: &str) -> Tag {
         Tag::new(name).unwrap()

@@ -295,9 +295,12 @@ pub(crate) async fn allocate(
     let allocator = state.segment()?;
     let tag = parse_tag(raw_tag)?;
     let step = check_step(step, allocator.config().max_step, shown_step)?;
+    // A business tag's leases are counted under its base tag, not one label per period row.
+    let mut counted = tag.clone();
     let step = match period_row(state, &tag).await? {
         // A business tag's period row, leased by leaf-client: at most the row's capped step.
         Some(def) => {
+            counted = def.base().clone();
             let cap = def.props().row_step(def.step());
             Some(step.map_or(cap, |s| s.min(cap)))
         }
@@ -319,7 +322,7 @@ pub(crate) async fn allocate(
         .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
     state
         .metrics()
-        .client_allocation(&tag, family, a.used_step.max(0) as u64);
+        .client_allocation(&counted, family, a.used_step.max(0) as u64);
     Ok(a)
 }
 

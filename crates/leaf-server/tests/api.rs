@@ -1822,6 +1822,15 @@ async fn the_client_token_guards_the_id_and_allocate_routes() {
     .error(403, 403);
 }
 
+/// The text of `/metrics`, which must hold each of `lines`.
+async fn metrics_with(app: &Router, lines: &[&str]) -> String {
+    let text = get(app, "/metrics").await.text();
+    for line in lines {
+        assert!(text.lines().any(|l| l == *line), "{line}\n{text}");
+    }
+    text
+}
+
 #[tokio::test]
 async fn client_allocations_are_counted_by_tag_and_address_family() {
     let f = fixture().await;
@@ -1830,13 +1839,17 @@ async fn client_allocations_are_counted_by_tag_and_address_family() {
     allocate(&f.app, &format!("{uri}?step=5"), &[], None).await;
     send(&f.app, Method::POST, uri, Some("[::1]:40000"), &[], None).await;
     allocate(&f.app, "/v1/segment/nope/allocate", &[], None).await;
-    let text = get(&f.app, "/metrics").await.text();
-    let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
-    has("leaf_client_allocations_total{tag=\"t\",family=\"ipv4\"} 2");
-    has("leaf_client_allocations_total{tag=\"t\",family=\"ipv6\"} 1");
-    has("leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv4\"} 15");
-    has("leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv6\"} 10");
-    has("leaf_requests_total{route=\"/v1/segment/{*tag}\",status=\"404\"} 1");
+    let text = metrics_with(
+        &f.app,
+        &[
+            "leaf_client_allocations_total{tag=\"t\",family=\"ipv4\"} 2",
+            "leaf_client_allocations_total{tag=\"t\",family=\"ipv6\"} 1",
+            "leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv4\"} 15",
+            "leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv6\"} 10",
+            "leaf_requests_total{route=\"/v1/segment/{*tag}\",status=\"404\"} 1",
+        ],
+    )
+    .await;
     assert!(
         !text.contains("nope"),
         "an unknown tag never becomes a label"
@@ -2889,4 +2902,60 @@ async fn decode_reads_only_the_text_a_tag_prints() {
             r.error(400, 400);
         }
     }
+}
+
+/// Issue 32: the metrics of a business tag carry its base tag, never one label per period row
+/// (a new one each day, forever), and its period rows' loads are counted like a plain tag's.
+#[tokio::test]
+async fn business_tags_are_counted_by_base_tag_in_the_metrics() {
+    let (f, clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS).await;
+    assert_eq!(post_tag(&f.app, ORDER).await.status, 201);
+    for day in 0..3u64 {
+        clock.set_ms(SHANGHAI_MIDNIGHT_MS + day * 86_400_000);
+        // One ID: a take that crosses no preload point, so that each day loads once.
+        text_ids(&get(&f.app, "/v1/segment/order").await);
+        let key = if day == 0 { "20261127" } else { "20261128" };
+        let uri = format!("/v1/segment/order@{key}/allocate?step=5");
+        let r = allocate(&f.app, &uri, &[], None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let text = metrics_with(
+        &f.app,
+        &[
+            "leaf_client_allocations_total{tag=\"order\",family=\"ipv4\"} 3",
+            "leaf_client_allocated_ids_total{tag=\"order\",family=\"ipv4\"} 15",
+            "leaf_ids_issued_total{mode=\"segment\",tag=\"order\"} 3",
+            "leaf_segment_loads_total{tag=\"order\",result=\"ok\"} 3",
+            "leaf_segment_loads_total{tag=\"order\",result=\"error\"} 0",
+        ],
+    )
+    .await;
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("order@")).collect();
+    assert!(rows.is_empty(), "labels of period rows: {rows:?}");
+}
+
+/// Issue 32: a node starting on a store with business tags reads their definitions before it
+/// fills its plain cache, so that their rows never count as plain tags there, not even for the
+/// first refresh interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_node_never_caches_business_rows_as_plain_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leaf.db");
+    let (_a, a) = sqlite_node(&file, &["fine"]).await.unwrap();
+    let r = post_tag(&a, r#"{"tag":"ticket","step":10,"format":"T{seq:05}"}"#).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(text_ids(&get(&a, "/v1/segment/ticket").await), ["T00001"]);
+    let (node_b, b) = sqlite_node(&file, &["fine"]).await.unwrap();
+    let metrics = get(&b, "/metrics").await.text();
+    let plain: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("leaf_segment_loaded{"))
+        .collect();
+    assert_eq!(plain, ["leaf_segment_loaded{tag=\"fine\"} 0"], "{metrics}");
+    let service = node_b.state.segment_service().unwrap();
+    let cached: Vec<String> = (service.allocator().snapshot().into_iter())
+        .map(|s| s.tag.to_string())
+        .collect();
+    assert_eq!(cached, ["fine"], "the plain cache");
+    assert_eq!(text_ids(&get(&b, "/v1/segment/ticket").await), ["T00011"]);
 }
