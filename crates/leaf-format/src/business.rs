@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use leaf_core::{Clock, Error, NewTag, Result, SegmentStore, Tag, TagRecord, TagUpdate};
-use leaf_segment::{LoadObserver, SegmentAllocator, SegmentConfig, TagHandle};
+use leaf_segment::{LoadObserver, SegmentAllocator, SegmentConfig, StepRule, TagHandle};
 
 use crate::{Period, Renderer, Reset, Template, Zone};
 
@@ -39,8 +39,10 @@ pub const ALL_PERIODS: &str = "all";
 /// How long before a period starts its row is created and its first segment loaded.
 pub const PRELOAD_AHEAD: Duration = Duration::from_secs(30);
 /// A period row's step is at most this share of what its format's width can print, so that
-/// step doubling and preloads on many nodes cannot burn a fixed-width day: 1 / 100.
+/// the loads of many nodes cannot burn a fixed-width day: 1 / 100.
 pub const STEP_SHARE: i64 = 100;
+/// A node's first load of a period takes at most this share of the row's capped step: 1 / 10.
+pub const FIRST_SHARE: i64 = 10;
 /// The least a request waits for a period row's next segment.
 const SWITCH_WAIT: Duration = Duration::from_millis(500);
 /// Bound on remembered unknown base tags (a flood of names costs lookups, never memory).
@@ -255,6 +257,21 @@ impl Definition {
         &self.props
     }
 
+    /// The step of one load of a period row by one node: a tenth of the row's capped step
+    /// ([`Properties::row_step`]) at its first load of the period, then twice its `last`, up
+    /// to the cap. A period is reserved as it is used: nodes that preload it hold little of it
+    /// (100 nodes preloading a `{seq:06}` day at the largest cap hold 10% of it before it
+    /// starts), and a busy node reaches the cap within a few loads.
+    pub fn load_step(&self, last: Option<i64>) -> i64 {
+        let cap = self.props.row_step(self.step);
+        // At least 1: a cap of 1 to 10 starts at 1.
+        let first = (cap + FIRST_SHARE - 1) / FIRST_SHARE;
+        match last {
+            None => first,
+            Some(last) => last.saturating_mul(2).clamp(first, cap),
+        }
+    }
+
     /// The row that counts `period` (`None`: the tag's one counter).
     pub fn row(&self, period: Option<Period>) -> Result<Tag> {
         match period {
@@ -302,7 +319,7 @@ pub struct BusinessTags {
     store: Arc<dyn SegmentStore>,
     clock: Arc<dyn Clock>,
     alloc: SegmentAllocator,
-    defs: RwLock<HashMap<Tag, Arc<Definition>>>,
+    defs: Definitions,
     /// Base tags found to have no definition, until when (the clock's monotonic time).
     misses: Mutex<HashMap<Box<str>, Duration>>,
     /// Per base tag, the next period's row, once preloaded.
@@ -403,22 +420,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl BusinessTags {
     /// Business tags over `store`, timed by `clock`; `config` is the plain allocator's, whose
-    /// step doubling is turned off for the period rows.
+    /// dynamic step gives way to [`Definition::load_step`] for the period rows.
     pub fn new(store: Arc<dyn SegmentStore>, clock: Arc<dyn Clock>, config: SegmentConfig) -> Self {
         let config = SegmentConfig {
-            // With max_step 1 no step doubles: each row's stored (capped) step is used as is.
-            max_step: 1,
             // Capped steps are small: a request waits for the next segment rather than fail.
             switch_wait: config.switch_wait.max(SWITCH_WAIT),
             ..config
         };
+        let defs = Definitions::default();
         BusinessTags {
             // A row per period, dropped once its period is over.
             alloc: SegmentAllocator::new(Arc::clone(&store), Arc::clone(&clock), config)
-                .with_transient_tags(),
+                .with_transient_tags()
+                .with_step_rule(Arc::new(PeriodSteps(Arc::clone(&defs)))),
             store,
             clock,
-            defs: RwLock::default(),
+            defs,
             misses: Mutex::default(),
             preloaded: Mutex::default(),
             currents: Mutex::default(),
@@ -739,6 +756,27 @@ impl BusinessTags {
         Ok(Some(def))
     }
 
+    /// How much a lease of `row`, a period row of `def`, reserves for a leasing client that
+    /// `asked` for that much (`None`: the most): at most the row's capped step once its period
+    /// has started at this node's clock, and at most a node's first load of a period
+    /// ([`Definition::load_step`]) before, so that clients preloading a period hold no more of
+    /// it than nodes do, whatever they ask.
+    pub fn lease_step(&self, def: &Definition, row: &Tag, asked: Option<i64>) -> Result<i64> {
+        let started = match (def.props.reset, reserved(row.as_str())) {
+            (Some(reset), Some((_, suffix))) => {
+                let start = Period::from_key(reset, suffix)?.start_ms(&def.props.zone)?;
+                start <= self.clock.now_ms() as i64
+            }
+            _ => true,
+        };
+        let most = if started {
+            def.props.row_step(def.step)
+        } else {
+            def.load_step(None)
+        };
+        Ok(asked.map_or(most, |a| a.clamp(1, most)))
+    }
+
     /// Creates `row` if absent, with the tag's first value and capped step.
     async fn ensure_row(&self, def: &Definition, row: &Tag) -> Result<()> {
         ensure_row(self.store.as_ref(), def, row).await?;
@@ -773,6 +811,21 @@ impl BusinessTags {
             alloc.forget_miss(row.as_str());
             alloc.warm(vec![row]);
         });
+    }
+}
+
+/// The definitions known here, by base tag; shared with the period rows' step rule.
+type Definitions = Arc<RwLock<HashMap<Tag, Arc<Definition>>>>;
+
+/// The step rule of the period rows: each load sized by its tag's [`Definition::load_step`].
+#[derive(Debug)]
+struct PeriodSteps(Definitions);
+
+impl StepRule for PeriodSteps {
+    fn step(&self, tag: &Tag, last: Option<i64>) -> Option<i64> {
+        let (base, _) = reserved(tag.as_str())?;
+        let defs = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        Some(defs.get(base)?.load_step(last))
     }
 }
 
@@ -1017,6 +1070,42 @@ mod tests {
 
     fn tag(name: &str) -> Tag {
         Tag::new(name).unwrap()
+    }
+
+    #[test]
+    fn load_steps_table() {
+        let check = |format: &str, step: i64, last: Option<i64>, expect: i64| {
+            let props = Properties::new(Some(Reset::Day), None, None, Some(format)).unwrap();
+            let def = Definition {
+                base: tag("t"),
+                step,
+                props,
+            };
+            assert_eq!(
+                def.load_step(last),
+                expect,
+                "{format} step {step} after {last:?}"
+            );
+        };
+        let six = "O{date:%Y%m%d}{seq:06}";
+        // The largest cap of a six-digit day is 9,999: a node starts at 1,000 and doubles.
+        check(six, 1_000_000, None, 1000);
+        check(six, 1_000_000, Some(1000), 2000);
+        check(six, 1_000_000, Some(4000), 8000);
+        check(six, 1_000_000, Some(8000), 9_999);
+        check(six, 1_000_000, Some(9_999), 9_999);
+        // A smaller step is its own cap.
+        check(six, 100, None, 10);
+        check(six, 100, Some(10), 20);
+        check(six, 100, Some(80), 100);
+        check(six, 95, None, 10);
+        // Never below the first range, never 0.
+        check(six, 100, Some(1), 10);
+        check(six, 1, None, 1);
+        check(six, 1, Some(1), 1);
+        check("O{date:%Y%m%d}{seq:02}", 1000, None, 1);
+        check("O{date:%Y%m%d}{seq}", 50_000, None, 5_000);
+        check("O{date:%Y%m%d}{seq}", 50_000, Some(40_000), 50_000);
     }
 
     #[test]

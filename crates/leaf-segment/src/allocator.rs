@@ -19,7 +19,7 @@ use crate::entry::{Seg, Slow, TagEntry, Take};
 use crate::next_id::{NextId, SLOW, SlowFuture, Source};
 use crate::step::next_step;
 use crate::tags::{self, Recently, TagMap};
-use crate::{LoadObserver, SegmentConfig, TagSnapshot};
+use crate::{LoadObserver, SegmentConfig, StepRule, TagSnapshot};
 
 mod load;
 
@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     clock: Arc<dyn Clock>,
     config: SegmentConfig,
     observer: RwLock<Option<Arc<dyn LoadObserver>>>,
+    /// Sizes the loads instead of Leaf's dynamic step, when set.
+    step_rule: RwLock<Option<Arc<dyn StepRule>>>,
     /// Which listed rows are this allocator's tags (`None`: all).
     listed: RwLock<Option<Keep>>,
     /// Whether new entries go to the arena (see `with_transient_tags`).
@@ -141,6 +143,7 @@ impl SegmentAllocator {
                 clock,
                 config,
                 observer: RwLock::new(None),
+                step_rule: RwLock::new(None),
                 tags: ArcSwap::from_pointee(TagMap::default()),
                 arena: Arena::default(),
                 version: AtomicU64::new(0),
@@ -194,6 +197,17 @@ impl SegmentAllocator {
             self.inner.publish_map(map);
         }
         dropped
+    }
+
+    /// Sizes every load with `rule` instead of Leaf's dynamic step (business tags grow a
+    /// period's reservations with their use, up to each row's own cap).
+    pub fn with_step_rule(self, rule: Arc<dyn StepRule>) -> Self {
+        *self
+            .inner
+            .step_rule
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(rule);
+        self
     }
 
     /// Reports every load attempt to `observer` (metrics).
@@ -453,6 +467,13 @@ impl Inner {
     fn publish_map(&self, map: TagMap) {
         self.tags.store(Arc::new(map));
         self.version.fetch_add(1, Ordering::Release);
+    }
+
+    fn step_rule(&self) -> Option<Arc<dyn StepRule>> {
+        self.step_rule
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn observer(&self) -> Option<Arc<dyn LoadObserver>> {

@@ -298,11 +298,13 @@ pub(crate) async fn allocate(
     // A business tag's leases are counted under its base tag, not one label per period row.
     let mut counted = tag.clone();
     let step = match period_row(state, &tag).await? {
-        // A business tag's period row, leased by leaf-client: at most the row's capped step.
+        // A business tag's period row, leased by leaf-client: at most the row's capped step,
+        // and a first range before its period starts.
         Some(def) => {
             counted = def.base().clone();
-            let cap = def.props().row_step(def.step());
-            Some(step.map_or(cap, |s| s.min(cap)))
+            let business = state.business()?;
+            let most = business.lease_step(&def, &tag, step);
+            Some(most.map_err(|e| ApiError::from_core(Origin::Segment, e))?)
         }
         None => {
             plain_tag(

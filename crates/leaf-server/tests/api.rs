@@ -2534,9 +2534,10 @@ async fn bad_business_tags_are_400_and_store_nothing() {
                 .unwrap()
         }
     };
+    // One ID taken: a first range, a tenth of the row's step.
     assert_eq!(
         row("order@20261127").await.map(|r| (r.step, r.max_id)),
-        Some((100, 101)),
+        Some((100, 11)),
         "untouched"
     );
     // Leases are of period rows (leaf-client's business tags), never of the base or the
@@ -2554,7 +2555,7 @@ async fn bad_business_tags_are_400_and_store_nothing() {
     let a = allocate("order@20261127", "100000").await;
     assert_eq!(a.status, 200, "{}", a.text());
     assert_eq!(a.json()["used_step"], 100, "capped at the row's step");
-    assert_eq!(a.json()["max_id"], 201);
+    assert_eq!(a.json()["max_id"], 111);
     // A period within one of the server's clock is created on first use, as a node would.
     assert!(row("order@20261128").await.is_none());
     let r = get(&f.app, "/v1/tags/order@20261128").await;
@@ -2563,6 +2564,11 @@ async fn bad_business_tags_are_400_and_store_nothing() {
         (r.json()["max_id"].as_i64(), r.json()["step"].as_i64()),
         (Some(1), Some(100))
     );
+    // Before its day starts here, a lease of it is a first range at most, whatever the client
+    // asks: clients preloading a day hold no more of it than nodes do (issue 32).
+    let a = allocate("order@20261128", "100000").await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.json()["used_step"], 10, "{}", a.text());
     let a = allocate("order@20261126", "10").await;
     assert_eq!(a.status, 200, "the day before: {}", a.text());
     // Farther, or not a period of this tag: 400, nothing created.
@@ -2640,7 +2646,9 @@ async fn a_business_tag_claims_its_name_on_every_node_and_before_it() {
     .await;
     // Node B asks first: nothing yet, and it remembers so for a second.
     get(&b.app, "/api/segment/get/order").await.error(404, -2);
-    let r = post_tag(&a.app, r#"{"tag":"order","step":10,"format":"O{seq}"}"#).await;
+    // A node's first range is a tenth of the step: 100 here, so that taking one ID starts no
+    // preload that would race with node B's first range.
+    let r = post_tag(&a.app, r#"{"tag":"order","step":1000,"format":"O{seq}"}"#).await;
     assert_eq!(r.status, 201, "{}", r.text());
     // Node B, still remembering no definition, cannot make a plain tag of the name: the
     // business tag claimed it in the store, with no ID left.
@@ -2661,7 +2669,7 @@ async fn a_business_tag_claims_its_name_on_every_node_and_before_it() {
     assert!(matches!(e, leaf_core::Error::Exhausted(_)), "{e}");
     clock.advance(std::time::Duration::from_secs(2));
     assert_eq!(get(&a.app, "/api/segment/get/order").await.text(), "O1");
-    assert_eq!(get(&b.app, "/api/segment/get/order").await.text(), "O11");
+    assert_eq!(get(&b.app, "/api/segment/get/order").await.text(), "O101");
     // The claim is not listed as a tag of its own.
     let list = get(&b.app, "/v1/tags").await.json();
     let orders = list["tags"]
@@ -2942,7 +2950,7 @@ async fn a_starting_node_never_caches_business_rows_as_plain_tags() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("leaf.db");
     let (_a, a) = sqlite_node(&file, &["fine"]).await.unwrap();
-    let r = post_tag(&a, r#"{"tag":"ticket","step":10,"format":"T{seq:05}"}"#).await;
+    let r = post_tag(&a, r#"{"tag":"ticket","step":1000,"format":"T{seq:05}"}"#).await;
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(text_ids(&get(&a, "/v1/segment/ticket").await), ["T00001"]);
     let (node_b, b) = sqlite_node(&file, &["fine"]).await.unwrap();
@@ -2957,5 +2965,5 @@ async fn a_starting_node_never_caches_business_rows_as_plain_tags() {
         .map(|s| s.tag.to_string())
         .collect();
     assert_eq!(cached, ["fine"], "the plain cache");
-    assert_eq!(text_ids(&get(&b, "/v1/segment/ticket").await), ["T00011"]);
+    assert_eq!(text_ids(&get(&b, "/v1/segment/ticket").await), ["T00101"]);
 }
