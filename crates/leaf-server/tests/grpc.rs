@@ -1120,6 +1120,28 @@ async fn business_tags_are_created_listed_and_answered_as_formatted_ids() {
     clock.set_ms(SHANGHAI_MORNING_MS + 14 * 3_600_000);
     assert_eq!(order_ids(&segment, 1).await, ["ORD20261128000001"]);
 
+    // Its rows never change, refused by their names; nor does any tag take properties as its
+    // description (issue 32).
+    for (tag, description) in [
+        (
+            "order@",
+            "leaf-props:v1 reset=month zone=UTC first=1 format=O{date:%Y%m}{seq}",
+        ),
+        ("order@20261127", "x"),
+        ("order", "x"),
+        ("t", "leaf-props:v1 zone=UTC first=1 format=T{seq}"),
+    ] {
+        let e = admin
+            .update_tag(pb::UpdateTagRequest {
+                tag: tag.into(),
+                step: None,
+                description: Some(description.into()),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{tag}: {e}");
+    }
+
     // A bad zone is INVALID_ARGUMENT, nothing created.
     let e = admin
         .create_tag(pb::CreateTagRequest {
