@@ -20,17 +20,21 @@
 //! of every printed ID, so they cannot print the same ID. Values are unique and increasing
 //! within a node and a period, not gap-free (as Leaf's segments).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
-use leaf_core::{Clock, Error, NewTag, Result, SegmentStore, Tag, TagRecord};
-use leaf_segment::{SegmentAllocator, SegmentConfig};
+use leaf_core::{Clock, Error, NewTag, Result, SegmentStore, Tag, TagRecord, TagUpdate};
+use leaf_segment::{LoadObserver, SegmentAllocator, SegmentConfig, StepRule, TagHandle};
 
 use crate::{Period, Renderer, Reset, Template, Zone};
 
 /// What starts a definition row's description.
 pub const PROPS_PREFIX: &str = "leaf-props:v1 ";
+/// What starts a definition row's description while it is written and read back: no node
+/// reads a draft as a business tag. As long as [`PROPS_PREFIX`], so that both fit alike.
+pub const DRAFT_PREFIX: &str = "leaf-draft:v1 ";
+const _: () = assert!(DRAFT_PREFIX.len() == PROPS_PREFIX.len());
 /// What starts the description of a business tag's claim on its base name (the base's own
 /// row, with no ID left).
 pub const CLAIM_PREFIX: &str = "leaf-business: counted in ";
@@ -39,8 +43,10 @@ pub const ALL_PERIODS: &str = "all";
 /// How long before a period starts its row is created and its first segment loaded.
 pub const PRELOAD_AHEAD: Duration = Duration::from_secs(30);
 /// A period row's step is at most this share of what its format's width can print, so that
-/// step doubling and preloads on many nodes cannot burn a fixed-width day: 1 / 100.
+/// the loads of many nodes cannot burn a fixed-width day: 1 / 100.
 pub const STEP_SHARE: i64 = 100;
+/// A node's first load of a period takes at most this share of the row's capped step: 1 / 10.
+pub const FIRST_SHARE: i64 = 10;
 /// The least a request waits for a period row's next segment.
 const SWITCH_WAIT: Duration = Duration::from_millis(500);
 /// Bound on remembered unknown base tags (a flood of names costs lookups, never memory).
@@ -148,7 +154,16 @@ impl Properties {
 
     /// The definition row's description; the format comes last, since it may hold any text.
     pub fn to_description(&self) -> String {
-        let mut s = String::from(PROPS_PREFIX);
+        self.text(PROPS_PREFIX)
+    }
+
+    /// The description of the definition row while it is checked ([`DRAFT_PREFIX`]).
+    fn to_draft(&self) -> String {
+        self.text(DRAFT_PREFIX)
+    }
+
+    fn text(&self, prefix: &str) -> String {
+        let mut s = String::from(prefix);
         if let Some(r) = self.reset {
             s.push_str("reset=");
             s.push_str(r.as_str());
@@ -255,6 +270,21 @@ impl Definition {
         &self.props
     }
 
+    /// The step of one load of a period row by one node: a tenth of the row's capped step
+    /// ([`Properties::row_step`]) at its first load of the period, then twice its `last`, up
+    /// to the cap. A period is reserved as it is used: nodes that preload it hold little of it
+    /// (100 nodes preloading a `{seq:06}` day at the largest cap hold 10% of it before it
+    /// starts), and a busy node reaches the cap within a few loads.
+    pub fn load_step(&self, last: Option<i64>) -> i64 {
+        let cap = self.props.row_step(self.step);
+        // At least 1: a cap of 1 to 10 starts at 1.
+        let first = (cap + FIRST_SHARE - 1) / FIRST_SHARE;
+        match last {
+            None => first,
+            Some(last) => last.saturating_mul(2).clamp(first, cap),
+        }
+    }
+
     /// The row that counts `period` (`None`: the tag's one counter).
     pub fn row(&self, period: Option<Period>) -> Result<Tag> {
         match period {
@@ -263,14 +293,14 @@ impl Definition {
         }
     }
 
-    /// The row to create for a new business tag.
+    /// The row to create for a new business tag, its description a draft.
     fn new_row(&self) -> Result<NewTag> {
         Ok(NewTag {
             tag: definition_tag(&self.base)?,
             // Never counted from: the periods have rows of their own.
             max_id: 0,
             step: self.step,
-            description: Some(self.props.to_description()),
+            description: Some(self.props.to_draft()),
         })
     }
 
@@ -302,11 +332,11 @@ pub struct BusinessTags {
     store: Arc<dyn SegmentStore>,
     clock: Arc<dyn Clock>,
     alloc: SegmentAllocator,
-    defs: RwLock<HashMap<Tag, Arc<Definition>>>,
+    defs: Definitions,
     /// Base tags found to have no definition, until when (the clock's monotonic time).
     misses: Mutex<HashMap<Box<str>, Duration>>,
-    /// Period rows already preloaded.
-    preloaded: Mutex<HashSet<Tag>>,
+    /// Per base tag, the next period's row, once preloaded.
+    preloaded: Mutex<HashMap<Tag, Tag>>,
     /// Per base tag, what it counts in now.
     currents: Mutex<HashMap<Tag, Arc<Current>>>,
 }
@@ -316,6 +346,9 @@ pub struct BusinessTags {
 struct Current {
     period: Option<Period>,
     row: Tag,
+    /// The row's entry in the allocator, once found: requests skip the name lookup (its rows
+    /// are transient tags, which the by-name path finds by hashing).
+    handle: OnceLock<TagHandle>,
     renderer: Renderer,
     /// Its start and end (exclusive), Unix milliseconds.
     from_ms: i64,
@@ -400,20 +433,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl BusinessTags {
     /// Business tags over `store`, timed by `clock`; `config` is the plain allocator's, whose
-    /// step doubling is turned off for the period rows.
+    /// dynamic step gives way to [`Definition::load_step`] for the period rows.
     pub fn new(store: Arc<dyn SegmentStore>, clock: Arc<dyn Clock>, config: SegmentConfig) -> Self {
         let config = SegmentConfig {
-            // With max_step 1 no step doubles: each row's stored (capped) step is used as is.
-            max_step: 1,
             // Capped steps are small: a request waits for the next segment rather than fail.
             switch_wait: config.switch_wait.max(SWITCH_WAIT),
             ..config
         };
+        let defs = Definitions::default();
         BusinessTags {
-            alloc: SegmentAllocator::new(Arc::clone(&store), Arc::clone(&clock), config),
+            // A row per period, dropped once its period is over.
+            alloc: SegmentAllocator::new(Arc::clone(&store), Arc::clone(&clock), config)
+                .with_transient_tags()
+                .with_step_rule(Arc::new(PeriodSteps(Arc::clone(&defs)))),
             store,
             clock,
-            defs: RwLock::default(),
+            defs,
             misses: Mutex::default(),
             preloaded: Mutex::default(),
             currents: Mutex::default(),
@@ -434,6 +469,13 @@ impl BusinessTags {
         &self.alloc
     }
 
+    /// Reports every load of a period row to `observer`, under the row's base tag (`order`
+    /// for `order@20261127`), so that what it counts by tag stays one entry per business tag.
+    pub fn observe_loads(&self, observer: Arc<dyn LoadObserver>) {
+        // Clones of an allocator share everything, its observer too.
+        let _ = self.alloc.clone().with_observer(Arc::new(ByBase(observer)));
+    }
+
     /// Creates `base` with `props` and `step` (its definition row), refusing a base that is
     /// a plain tag already or has a reserved shape; `AlreadyExists` if it exists.
     pub async fn create(
@@ -449,15 +491,15 @@ impl BusinessTags {
             step,
             props,
         };
+        let row = def.new_row()?;
         // Rows of the reserved shape under this base from before business tags (plain tags
-        // named `order@2026`, `order@`) would become this tag's rows: refused.
-        if let Some(old) = self
-            .store
-            .list()
-            .await?
-            .into_iter()
-            .find(|r| reserved(r.tag.as_str()).is_some_and(|(b, _)| b == base.as_str()))
-        {
+        // named `order@2026`, `order@`) would become this tag's rows: refused. A draft of the
+        // definition is a creation of this tag, judged below.
+        let draft =
+            |r: &TagRecord| r.tag == row.tag && r.description.as_ref() == row.description.as_ref();
+        if let Some(old) = self.store.list().await?.into_iter().find(|r| {
+            reserved(r.tag.as_str()).is_some_and(|(b, _)| b == base.as_str()) && !draft(r)
+        }) {
             return Err(Error::AlreadyExists(format!(
                 "tag {} exists: a business tag {base} would take it as one of its rows",
                 old.tag
@@ -485,11 +527,58 @@ impl BusinessTags {
             }
             Err(e) => return Err(e),
         }
-        self.store.create(&def.new_row()?).await?;
+        // The definition is written as a draft, which no node reads as a business tag, and read
+        // back: a store that changed its text (a MySQL column in latin1 or 3-byte utf8, in
+        // non-strict mode, stores '?' for what it lacks) would have other nodes print other IDs
+        // than this one. Only a draft read back as written becomes the definition.
+        let written = row.description.clone().unwrap_or_default();
+        match self.store.create(&row).await {
+            Ok(_) => {}
+            // The same draft: a creation cut short, or racing with this one, of the same tag.
+            Err(Error::AlreadyExists(_))
+                if self.store.get(&row.tag).await?.is_some_and(|r| draft(&r)) => {}
+            Err(Error::AlreadyExists(_)) => {
+                return Err(Error::AlreadyExists(format!("tag {base} exists")));
+            }
+            Err(e) => return Err(e),
+        }
+        self.read_back(&def, &row.tag, &written).await?;
+        let text = def.props.to_description();
+        let activate = TagUpdate {
+            step: None,
+            description: Some(text.clone()),
+        };
+        self.store.update(&row.tag, &activate).await?;
+        if let Err(e) = self.read_back(&def, &row.tag, &text).await {
+            // Back to a draft (its ASCII start survives any column): never read as a tag.
+            let undo = TagUpdate {
+                step: None,
+                description: Some(written),
+            };
+            self.store.update(&row.tag, &undo).await?;
+            return Err(e);
+        }
         let def = Arc::new(def);
         self.remember(Arc::clone(&def));
         tracing::info!(tag = %base, definition = %def.props.to_description(), "business tag created");
         Ok(def)
+    }
+
+    /// `InvalidInput` unless `row`, the definition row of `def`, holds `text` as written.
+    async fn read_back(&self, def: &Definition, row: &Tag, text: &str) -> Result<()> {
+        let stored = self.store.get(row).await?.and_then(|r| r.description);
+        if stored.as_deref() == Some(text) {
+            return Ok(());
+        }
+        let base = &def.base;
+        tracing::error!(tag = %base, written = text, stored = ?stored, "the store changed a business tag's definition; not created");
+        Err(Error::InvalidInput(format!(
+            "business tag {base} is not created: the store holds {stored:?} where {text:?} was \
+             written, so its description column cannot hold these characters (a MySQL column in \
+             latin1 or 3-byte utf8, in non-strict mode?). Use characters it holds, or a column \
+             that holds them; the rows {base} and {base}@ hold no ID and no node reads them as \
+             a business tag: remove them to use the name again"
+        )))
     }
 
     fn remember(&self, def: Arc<Definition>) {
@@ -600,21 +689,25 @@ impl BusinessTags {
     pub async fn take(&self, def: &Definition, n: usize) -> Result<Taken> {
         let now = self.clock.now_ms() as i64;
         let current = self.current(def, now)?;
-        let row = current.row.as_str();
-        let take = || async {
-            if n == 1 {
-                // The allocator's lock-free path, as a plain tag's single IDs take.
-                self.alloc.next_id(row).await.map(|v| vec![v])
-            } else {
-                self.alloc.next_ids(row, n).await
+        let handle = match current.handle.get() {
+            Some(h) => h,
+            None => {
+                let row = current.row.as_str();
+                let h = match self.alloc.handle(row).await {
+                    Err(Error::NotFound(_)) => {
+                        self.ensure_row(def, &current.row).await?;
+                        self.alloc.handle(row).await?
+                    }
+                    h => h?,
+                };
+                current.handle.get_or_init(|| h)
             }
         };
-        let values = match take().await {
-            Err(Error::NotFound(_)) => {
-                self.ensure_row(def, &current.row).await?;
-                take().await?
-            }
-            r => r?,
+        let values = if n == 1 {
+            // The allocator's lock-free path, as a plain tag's single IDs take.
+            handle.next_id().await.map(|v| vec![v])?
+        } else {
+            handle.next_ids(n).await?
         };
         if current.until_ms.saturating_sub(now) <= PRELOAD_AHEAD.as_millis() as i64 {
             self.preload(def, current.period);
@@ -641,16 +734,43 @@ impl BusinessTags {
         let current = Arc::new(Current {
             period,
             row: def.row(period)?,
+            handle: OnceLock::new(),
             renderer: def.props.format.renderer(period),
             from_ms,
             until_ms,
         });
-        let mut currents = lock(&self.currents);
-        if currents.len() >= MAX_MISSES {
-            currents.clear();
+        let before = {
+            let mut currents = lock(&self.currents);
+            if currents.len() >= MAX_MISSES {
+                currents.clear();
+            }
+            currents.insert(def.base.clone(), Arc::clone(&current))
+        };
+        if before.is_some_and(|b| b.row != current.row) {
+            self.retire(def, &current);
         }
-        currents.insert(def.base.clone(), Arc::clone(&current));
         Ok(current)
+    }
+
+    /// Once `def` counts in `current`, drops what it held for other periods: their rows'
+    /// allocator entries and preload mark, so that a node serving a daily tag for years holds
+    /// the current day's and the next one's, not one entry per day. A request still in flight
+    /// on an older row finds it again by name (and the next change of period drops it).
+    fn retire(&self, def: &Definition, current: &Current) {
+        let Some(next) = current.period.and_then(|p| def.row(Some(p.next())).ok()) else {
+            return;
+        };
+        let base = def.base.as_str();
+        let dropped = self.alloc.drop_tags(|name| {
+            reserved(name).is_some_and(|(b, suffix)| b == base && !suffix.is_empty())
+                && name != current.row.as_str()
+                && name != next.as_str()
+        });
+        let mut preloaded = lock(&self.preloaded);
+        if preloaded.get(&def.base) != Some(&next) {
+            preloaded.remove(&def.base);
+        }
+        tracing::debug!(tag = %base, dropped = ?dropped, "periods over dropped");
     }
 
     /// For a period row of a business tag (`order@20261127`, `ticket@all`) whose period is
@@ -696,6 +816,27 @@ impl BusinessTags {
         Ok(Some(def))
     }
 
+    /// How much a lease of `row`, a period row of `def`, reserves for a leasing client that
+    /// `asked` for that much (`None`: the most): at most the row's capped step once its period
+    /// has started at this node's clock, and at most a node's first load of a period
+    /// ([`Definition::load_step`]) before, so that clients preloading a period hold no more of
+    /// it than nodes do, whatever they ask.
+    pub fn lease_step(&self, def: &Definition, row: &Tag, asked: Option<i64>) -> Result<i64> {
+        let started = match (def.props.reset, reserved(row.as_str())) {
+            (Some(reset), Some((_, suffix))) => {
+                let start = Period::from_key(reset, suffix)?.start_ms(&def.props.zone)?;
+                start <= self.clock.now_ms() as i64
+            }
+            _ => true,
+        };
+        let most = if started {
+            def.props.row_step(def.step)
+        } else {
+            def.load_step(None)
+        };
+        Ok(asked.map_or(most, |a| a.clamp(1, most)))
+    }
+
     /// Creates `row` if absent, with the tag's first value and capped step.
     async fn ensure_row(&self, def: &Definition, row: &Tag) -> Result<()> {
         ensure_row(self.store.as_ref(), def, row).await?;
@@ -710,7 +851,7 @@ impl BusinessTags {
         let Ok(row) = def.row(Some(period.next())) else {
             return;
         };
-        if !lock(&self.preloaded).insert(row.clone()) {
+        if lock(&self.preloaded).insert(def.base.clone(), row.clone()) == Some(row.clone()) {
             return;
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -730,6 +871,34 @@ impl BusinessTags {
             alloc.forget_miss(row.as_str());
             alloc.warm(vec![row]);
         });
+    }
+}
+
+/// The definitions known here, by base tag; shared with the period rows' step rule.
+type Definitions = Arc<RwLock<HashMap<Tag, Arc<Definition>>>>;
+
+/// The step rule of the period rows: each load sized by its tag's [`Definition::load_step`].
+#[derive(Debug)]
+struct PeriodSteps(Definitions);
+
+impl StepRule for PeriodSteps {
+    fn step(&self, tag: &Tag, last: Option<i64>) -> Option<i64> {
+        let (base, _) = reserved(tag.as_str())?;
+        let defs = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        Some(defs.get(base)?.load_step(last))
+    }
+}
+
+/// A load observer that sees a period row's loads as its base tag's.
+#[derive(Debug)]
+struct ByBase(Arc<dyn LoadObserver>);
+
+impl LoadObserver for ByBase {
+    fn on_load(&self, tag: &Tag, ok: bool, took: Duration) {
+        match reserved(tag.as_str()).and_then(|(base, _)| Tag::new(base).ok()) {
+            Some(base) => self.0.on_load(&base, ok, took),
+            None => self.0.on_load(tag, ok, took),
+        }
     }
 }
 
@@ -778,6 +947,62 @@ pub fn check_plain(tag: &Tag) -> Result<()> {
         ))),
         None => Ok(()),
     }
+}
+
+/// The starts of the descriptions this crate writes (a definition's properties in any version,
+/// a claim in any wording): a row holding one is read as part of a business tag.
+const RESERVED_DESCRIPTIONS: [&str; 3] = ["leaf-props:", "leaf-draft:", "leaf-business:"];
+
+/// Refuses a description that a node would read as a business tag's properties or claim, on
+/// any tag: written by hand on a plain tag, it would make one a business tag without a claim,
+/// or give a business tag a second definition.
+pub fn check_description(description: Option<&str>) -> Result<()> {
+    match description {
+        Some(d) if RESERVED_DESCRIPTIONS.iter().any(|p| d.starts_with(p)) => {
+            Err(Error::InvalidInput(format!(
+                "a description starting with {} is reserved for business tags' rows",
+                RESERVED_DESCRIPTIONS.map(|p| format!("{p:?}")).join(" or ")
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a new plain tag that is not one: a name of a business row's shape, a description
+/// that reads as properties, bad numbers. `POST /v1/tags` and the seed tags go through it.
+pub fn check_new_plain(new: &NewTag) -> Result<()> {
+    check_plain(&new.tag)?;
+    check_description(new.description.as_deref())?;
+    new.validate()
+}
+
+/// Refuses a change (`PATCH`) of `tag`'s row: every name of a business row's shape, by the name
+/// alone (a definition created a moment ago on another node is not seen by any lookup here),
+/// and a description that reads as properties. See [`check_unclaimed`] for the base name.
+pub fn check_update(tag: &Tag, update: &TagUpdate) -> Result<()> {
+    if reserved(tag.as_str()).is_some() {
+        return Err(Error::InvalidInput(format!(
+            "tag {tag}: rows named like a business tag's (ending in '@', '@all' or '@' and 4, 6 \
+             or 8 digits) are never changed here: a business tag's properties and steps are \
+             fixed (a different numbering is a new tag), and a plain tag of that shape from \
+             before business tags is changed in its database"
+        )));
+    }
+    check_description(update.description.as_deref())?;
+    update.validate()
+}
+
+/// Refuses a change of `stored` (the row as read from the store just before) when it is a
+/// business tag's claim on its base name.
+pub fn check_unclaimed(stored: &TagRecord) -> Result<()> {
+    if is_claim(stored) {
+        return Err(Error::InvalidInput(format!(
+            "tag {} is a business tag: its properties and its rows' steps never change (a \
+             different numbering is a new tag)",
+            stored.tag
+        )));
+    }
+    Ok(())
 }
 
 /// One entry of a store's listing with business tags grouped: a plain row, or a business
@@ -854,4 +1079,294 @@ pub fn group_rows(rows: Vec<TagRecord>) -> Vec<Grouped> {
         g.periods.sort_by(|a, b| a.tag.cmp(&b.tag));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use leaf_core::ManualClock;
+    use leaf_testkit::MemoryStore;
+
+    use super::*;
+
+    /// 2026-11-27 00:00:00 UTC.
+    const MIDNIGHT_MS: i64 = 1_795_737_600_000;
+    const DAY_MS: i64 = 86_400_000;
+
+    /// A store whose description column holds Latin-1 only, and stores `?` for the rest, as
+    /// MySQL does in non-strict mode.
+    #[derive(Debug)]
+    struct Latin1(MemoryStore);
+
+    fn latin1(text: &Option<String>) -> Option<String> {
+        let keep = |c: char| if u32::from(c) < 256 { c } else { '?' };
+        text.as_ref().map(|t| t.chars().map(keep).collect())
+    }
+
+    #[async_trait::async_trait]
+    impl SegmentStore for Latin1 {
+        fn kind(&self) -> &'static str {
+            "latin1"
+        }
+        fn capabilities(&self) -> leaf_core::StoreCapabilities {
+            self.0.capabilities()
+        }
+        async fn allocate(&self, tag: &Tag, step: Option<i64>) -> Result<leaf_core::Allocation> {
+            self.0.allocate(tag, step).await
+        }
+        async fn get(&self, tag: &Tag) -> Result<Option<TagRecord>> {
+            self.0.get(tag).await
+        }
+        async fn list(&self) -> Result<Vec<TagRecord>> {
+            self.0.list().await
+        }
+        async fn create(&self, new: &NewTag) -> Result<TagRecord> {
+            let description = latin1(&new.description);
+            self.0
+                .create(&NewTag {
+                    description,
+                    ..new.clone()
+                })
+                .await
+        }
+        async fn update(&self, tag: &Tag, update: &TagUpdate) -> Result<TagRecord> {
+            let description = latin1(&update.description);
+            let update = TagUpdate {
+                description,
+                ..update.clone()
+            };
+            self.0.update(tag, &update).await
+        }
+    }
+
+    fn daily(format: &str) -> Properties {
+        Properties::new(Some(Reset::Day), None, None, Some(format)).unwrap()
+    }
+
+    /// Issue 32: a definition the store does not hold as written is refused by the node that
+    /// writes it, and no node reads what the store holds as a business tag.
+    #[tokio::test]
+    async fn a_definition_the_store_changes_is_refused_and_never_read() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(MIDNIGHT_MS as u64));
+        let store = Arc::new(Latin1(MemoryStore::new()));
+        let node = || BusinessTags::new(store.clone(), clock.clone(), SegmentConfig::default());
+        let (a, b) = (node(), node());
+        let order = tag("order");
+        let e = a
+            .create(&order, 10, daily("订单{date:%Y%m%d}{seq:06}"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidInput(m) if m.contains("cannot hold")),
+            "{e}"
+        );
+        for n in [&a, &b, &node()] {
+            assert!(
+                n.definition("order").await.unwrap().is_none(),
+                "read as a tag"
+            );
+        }
+        let stored = store.get(&tag("order@")).await.unwrap().unwrap();
+        assert!(stored.description.unwrap().starts_with(DRAFT_PREFIX));
+        // Tried again, it is refused: what the store holds is not its draft.
+        let e = a
+            .create(&order, 10, daily("订单{date:%Y%m%d}{seq:06}"))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::AlreadyExists(_)), "{e}");
+        // What the column holds is created as ever, Latin-1 included.
+        let def = a
+            .create(&tag("bon"), 10, daily("Bön{date:%Y%m%d}{seq:06}"))
+            .await
+            .unwrap();
+        assert_eq!(b.next(&def, 1).await.unwrap().ids, ["Bön20261127000001"]);
+    }
+
+    /// A creation cut short after its draft is finished by the same creation; a draft of other
+    /// properties is never taken over.
+    #[tokio::test]
+    async fn a_draft_is_finished_only_by_its_own_creation() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(MIDNIGHT_MS as u64));
+        let store = Arc::new(MemoryStore::new());
+        let tags = BusinessTags::new(store.clone(), clock, SegmentConfig::default());
+        let props = daily("T{date:%Y%m%d}{seq:04}");
+        let cut = NewTag {
+            description: Some(props.to_draft()),
+            max_id: 0,
+            ..NewTag::new(tag("ticket@"))
+        };
+        store.create(&cut).await.unwrap();
+        assert!(
+            tags.definition("ticket").await.unwrap().is_none(),
+            "a draft is no tag"
+        );
+        let e = tags
+            .create(&tag("ticket"), 10, daily("U{date:%Y%m%d}{seq:04}"))
+            .await;
+        assert!(matches!(e, Err(Error::AlreadyExists(_))), "{e:?}");
+        tags.create(&tag("ticket"), 10, props.clone())
+            .await
+            .unwrap();
+        let stored = store.get(&tag("ticket@")).await.unwrap().unwrap();
+        assert_eq!(stored.description, Some(props.to_description()));
+        let e = tags.create(&tag("ticket"), 10, props).await.unwrap_err();
+        assert!(matches!(e, Error::AlreadyExists(_)), "created twice: {e}");
+    }
+
+    /// Issue 32: a node serving a daily tag for days keeps what the current period and the
+    /// next need, not one allocator entry and one preload mark per day forever.
+    #[tokio::test]
+    async fn ended_periods_leave_nothing_behind() {
+        let clock = ManualClock::new(MIDNIGHT_MS as u64);
+        let store = Arc::new(MemoryStore::new());
+        let tags = BusinessTags::new(store, Arc::new(clock.clone()), SegmentConfig::default());
+        let props = Properties::new(Some(Reset::Day), None, None, Some("O{date:%Y%m%d}{seq:04}"));
+        let def = tags
+            .create(&tag("order"), 50, props.unwrap())
+            .await
+            .unwrap();
+        for day in 0..10 {
+            let midnight = MIDNIGHT_MS + day * DAY_MS;
+            for at in [midnight + 1_000, midnight + DAY_MS - 10_000] {
+                clock.set_ms(at as u64);
+                let ids = tags.next(&def, 1).await.unwrap().ids;
+                assert!(ids[0].starts_with('O'), "{ids:?}");
+                // The next day's preload runs meanwhile.
+                tokio::task::yield_now().await;
+            }
+        }
+        let held: Vec<String> = tags
+            .allocator()
+            .snapshot()
+            .into_iter()
+            .map(|s| s.tag.to_string())
+            .collect();
+        assert!(
+            held.len() <= 2 && held.iter().all(|t| t >= &"order@20261206".to_string()),
+            "entries held after 10 days: {held:?}"
+        );
+        let marks = lock(&tags.preloaded).len();
+        assert!(marks <= 1, "{marks} preload marks held after 10 days");
+    }
+
+    fn tag(name: &str) -> Tag {
+        Tag::new(name).unwrap()
+    }
+
+    #[test]
+    fn load_steps_table() {
+        let check = |format: &str, step: i64, last: Option<i64>, expect: i64| {
+            let props = Properties::new(Some(Reset::Day), None, None, Some(format)).unwrap();
+            let def = Definition {
+                base: tag("t"),
+                step,
+                props,
+            };
+            assert_eq!(
+                def.load_step(last),
+                expect,
+                "{format} step {step} after {last:?}"
+            );
+        };
+        let six = "O{date:%Y%m%d}{seq:06}";
+        // The largest cap of a six-digit day is 9,999: a node starts at 1,000 and doubles.
+        check(six, 1_000_000, None, 1000);
+        check(six, 1_000_000, Some(1000), 2000);
+        check(six, 1_000_000, Some(4000), 8000);
+        check(six, 1_000_000, Some(8000), 9_999);
+        check(six, 1_000_000, Some(9_999), 9_999);
+        // A smaller step is its own cap.
+        check(six, 100, None, 10);
+        check(six, 100, Some(10), 20);
+        check(six, 100, Some(80), 100);
+        check(six, 95, None, 10);
+        // Never below the first range, never 0.
+        check(six, 100, Some(1), 10);
+        check(six, 1, None, 1);
+        check(six, 1, Some(1), 1);
+        check("O{date:%Y%m%d}{seq:02}", 1000, None, 1);
+        check("O{date:%Y%m%d}{seq}", 50_000, None, 5_000);
+        check("O{date:%Y%m%d}{seq}", 50_000, Some(40_000), 50_000);
+    }
+
+    #[test]
+    fn changes_table() {
+        let check = |name: &str, description: Option<&str>, ok: bool| {
+            let update = TagUpdate {
+                step: Some(10),
+                description: description.map(str::to_owned),
+            };
+            let got = check_update(&tag(name), &update);
+            assert_eq!(got.is_ok(), ok, "{name} {description:?}: {got:?}");
+        };
+        // Rows of a business tag's shape, whatever the change, with no lookup.
+        for name in [
+            "order@",
+            "order@all",
+            "order@2026",
+            "order@202611",
+            "order@20261127",
+        ] {
+            check(name, None, false);
+            check(name, Some("x"), false);
+        }
+        check("order", None, true);
+        check("mail@host", Some("a mail tag"), true);
+        check("order@2026112", None, true);
+        // Descriptions that read as properties or a claim, on any tag.
+        for d in [
+            "leaf-props:v1 zone=UTC first=1 format=X{seq}",
+            "leaf-props:v9",
+            "leaf-business: counted in t@",
+            "leaf-business:",
+        ] {
+            check("plain", Some(d), false);
+        }
+        for d in [
+            "",
+            "Leaf-props:v1",
+            " leaf-props:v1",
+            "leaf-propsv1",
+            "made by hand",
+        ] {
+            check("plain", Some(d), true);
+        }
+    }
+
+    #[test]
+    fn new_plain_tags_table() {
+        let check = |name: &str, description: Option<&str>, step: i64, ok: bool| {
+            let new = NewTag {
+                description: description.map(str::to_owned),
+                step,
+                ..NewTag::new(tag(name))
+            };
+            let got = check_new_plain(&new);
+            assert_eq!(got.is_ok(), ok, "{name} {description:?} {step}: {got:?}");
+        };
+        check("seeded", None, 10, true);
+        check("seeded@", None, 10, false);
+        check("seeded@2026", None, 10, false);
+        check("seeded", Some("leaf-props:v1 format={seq}"), 10, false);
+        check(
+            "seeded",
+            Some("leaf-business: counted in seeded@"),
+            10,
+            false,
+        );
+        check("seeded", None, 0, false);
+    }
+
+    #[test]
+    fn claims_are_not_changed() {
+        let record = |max_id: i64, description: &str| TagRecord {
+            tag: tag("order"),
+            max_id,
+            step: 1,
+            description: Some(description.into()),
+            updated_at_ms: None,
+        };
+        assert!(check_unclaimed(&record(i64::MAX, "leaf-business: counted in order@")).is_err());
+        assert!(check_unclaimed(&record(5, "leaf-business: counted in order@")).is_ok());
+        assert!(check_unclaimed(&record(i64::MAX, "used up by hand")).is_ok());
+    }
 }

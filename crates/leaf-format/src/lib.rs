@@ -8,8 +8,9 @@ mod snowflake;
 mod template;
 
 pub use business::{
-    ALL_PERIODS, BusinessTags, CLAIM_PREFIX, Definition, Grouped, Issued, Joined, MAX_BASE_CHARS,
-    PRELOAD_AHEAD, PROPS_PREFIX, Properties, STEP_SHARE, Taken, check_plain, definition_tag,
+    ALL_PERIODS, BusinessTags, CLAIM_PREFIX, DRAFT_PREFIX, Definition, FIRST_SHARE, Grouped,
+    Issued, Joined, MAX_BASE_CHARS, PRELOAD_AHEAD, PROPS_PREFIX, Properties, STEP_SHARE, Taken,
+    check_description, check_new_plain, check_plain, check_unclaimed, check_update, definition_tag,
     group_rows, is_claim, reserved,
 };
 pub use period::{Period, Reset, Zone};

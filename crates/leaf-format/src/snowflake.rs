@@ -50,7 +50,8 @@ impl SnowflakeForm {
         })
     }
 
-    /// The ID `text` (in this form, of `layout`) stands for.
+    /// The ID `text` (in this form, of `layout`) stands for. Only the text this form prints is
+    /// read (no leading zero, sign or space), so that decoding validates an ID.
     pub fn parse(self, text: &str, layout: &SnowflakeLayout) -> Result<i64> {
         let bad = || Error::InvalidInput(format!("{text:?} is not a snowflake ID in this form"));
         let n = match self {
@@ -59,10 +60,15 @@ impl SnowflakeForm {
             SnowflakeForm::Base62 => Radix::Base62.decode(text),
             SnowflakeForm::Friendly => {
                 let d = parse_friendly(text).ok_or_else(bad)?;
-                return layout.encode(d.timestamp_ms, d.worker_id, d.sequence);
+                u64::try_from(layout.encode(d.timestamp_ms, d.worker_id, d.sequence)?).ok()
             }
         };
-        n.and_then(|n| i64::try_from(n).ok()).ok_or_else(bad)
+        let id = n.and_then(|n| i64::try_from(n).ok()).ok_or_else(bad)?;
+        // Fields are read leniently above (`u64`'s parse takes a `+`, digits take zeros).
+        if self.render(id, layout).ok().as_deref() != Some(text) {
+            return Err(bad());
+        }
+        Ok(id)
     }
 }
 
@@ -218,6 +224,37 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    /// Issue 32: a form reads only the text it prints, so that decoding validates an ID.
+    #[test]
+    fn only_the_text_a_form_prints_is_read() {
+        let layout = SnowflakeLayout::default();
+        let id = layout.encode(1_795_699_050_192, 3, 17).unwrap();
+        let check = |form: SnowflakeForm, text: &str, ok: bool| {
+            let got = form.parse(text, &layout);
+            assert_eq!(got.is_ok(), ok, "{form:?} {text}: {got:?}");
+            if let Ok(n) = got {
+                assert_eq!((n, form.render(n, &layout).unwrap().as_str()), (id, text));
+            }
+        };
+        let canonical = |form: SnowflakeForm| form.render(id, &layout).unwrap();
+        for form in [
+            SnowflakeForm::Number,
+            SnowflakeForm::Base36,
+            SnowflakeForm::Base62,
+            SnowflakeForm::Friendly,
+        ] {
+            let text = canonical(form);
+            check(form, &text, true);
+            check(form, &format!("0{text}"), false);
+            check(form, &format!("+{text}"), false);
+            check(form, &format!(" {text}"), false);
+        }
+        check(SnowflakeForm::Friendly, "20261126131730192-+3-17", false);
+        check(SnowflakeForm::Friendly, "20261126131730192-3-+17", false);
+        check(SnowflakeForm::Friendly, "20261126131730192-03-17", false);
+        check(SnowflakeForm::Friendly, "20261126131730192-3-017", false);
     }
 
     #[test]

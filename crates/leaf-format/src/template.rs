@@ -2,8 +2,9 @@
 //!
 //! A template is literal text with two kinds of fields: `{seq}` (the value: `{seq}`,
 //! `{seq:06}` zero-padded to a fixed width, `{seq:base36}`, `{seq:base62}`, and a base with a
-//! width, `{seq:base36:08}`) and `{date:...}` (the period, in `%Y`, `%y`, `%m`, `%d`, `%j` and
-//! any character that is not a digit). `{{` and `}}` are literal braces. A template is refused
+//! width, `{seq:base36:08}`) and `{date:...}` (the period, in `%Y`, `%m`, `%d`, `%j` and
+//! any character that is not a digit; `%y` is refused: its two digits repeat every hundred
+//! years). `{{` and `}}` are literal braces. A template is refused
 //! when it cannot be read back: exactly one `{seq}`; a `{seq}` without a width is followed by the
 //! end or by a literal that does not start with one of its digits; a date as fine as the
 //! counter's reset (a daily counter without the day would repeat every day), and none without
@@ -25,6 +26,8 @@ pub const MAX_WIDTH: usize = 19;
 pub struct Template {
     source: String,
     parts: Vec<Part>,
+    /// The reset it was parsed for: the period of a date read back.
+    reset: Option<Reset>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,8 +41,6 @@ enum Part {
 enum DatePart {
     /// `%Y`: four digits.
     Year,
-    /// `%y`: two digits.
-    ShortYear,
     /// `%m`.
     Month,
     /// `%d`.
@@ -53,7 +54,7 @@ impl DatePart {
     fn width(self) -> usize {
         match self {
             DatePart::Year => 4,
-            DatePart::ShortYear | DatePart::Month | DatePart::Day => 2,
+            DatePart::Month | DatePart::Day => 2,
             DatePart::DayOfYear => 3,
             DatePart::Char(c) => c.len_utf8(),
         }
@@ -107,6 +108,7 @@ impl Template {
         let template = Template {
             source: source.to_owned(),
             parts,
+            reset,
         };
         template.check(reset).map_err(|why| bad(&why))?;
         Ok(template)
@@ -143,7 +145,7 @@ impl Template {
             (Some(_), [_, _, ..]) => return Err("at most one {date:...}".into()),
             (Some(reset), [date]) => {
                 let has = |p: DatePart| date.contains(&p);
-                let year = has(DatePart::Year) || has(DatePart::ShortYear);
+                let year = has(DatePart::Year);
                 let fine = match reset {
                     Reset::Year => year,
                     Reset::Month => year && has(DatePart::Month),
@@ -157,7 +159,7 @@ impl Template {
                         "its date is coarser than the {reset}, so its IDs would repeat: a \
                          counter that restarts every {reset} needs {}",
                         match reset {
-                            Reset::Year => "%Y (or %y)",
+                            Reset::Year => "%Y",
                             Reset::Month => "%Y and %m",
                             Reset::Day => "%Y, %m and %d (or %Y and %j)",
                         }
@@ -258,8 +260,10 @@ impl Template {
         self.renderer(period).render(value)
     }
 
-    /// The period's date (if the template has one) and the value of `text`, as printed by this
-    /// template; `InvalidInput` if it is not one of its IDs.
+    /// The period's date (its first day, if the template has a date) and the value of `text`,
+    /// as printed by this template; `InvalidInput` if it is not one of its IDs. Only the text
+    /// the template prints is read (exact widths, no leading zero where it prints none, a
+    /// period's first day for a date finer than its reset), so that decoding validates an ID.
     pub fn decode(&self, text: &str) -> Result<(Option<Date>, i64)> {
         let not_ours = || {
             Error::InvalidInput(format!(
@@ -295,7 +299,14 @@ impl Template {
         if !rest.is_empty() {
             return Err(not_ours());
         }
-        Ok((date, value.ok_or_else(not_ours)?))
+        let value = value.ok_or_else(not_ours)?;
+        let period = date.zip(self.reset).map(|(d, r)| Period::of(r, d));
+        // Fields are read leniently above (any digits, any day); the text counts only if it is
+        // what this template prints for what was read.
+        if self.render(period, value).ok().as_deref() != Some(text) {
+            return Err(not_ours());
+        }
+        Ok((period.map(Period::first_day), value))
     }
 }
 
@@ -372,11 +383,19 @@ fn date_part(spec: &str) -> std::result::Result<Vec<DatePart>, String> {
         out.push(match c {
             '%' => match chars.next() {
                 Some('Y') => DatePart::Year,
-                Some('y') => DatePart::ShortYear,
+                // A row per period is created by whichever node's clock reaches it: 2126's
+                // would print 2026's IDs again.
+                Some('y') => {
+                    return Err(
+                        "%y repeats every hundred years (2126 would print 2026's IDs again): \
+                         write %Y"
+                            .into(),
+                    );
+                }
                 Some('m') => DatePart::Month,
                 Some('d') => DatePart::Day,
                 Some('j') => DatePart::DayOfYear,
-                Some(other) => return Err(format!("%{other} in a date: %Y, %y, %m, %d or %j")),
+                Some(other) => return Err(format!("%{other} in a date: %Y, %m, %d or %j")),
                 None => return Err("a date ends with %".into()),
             },
             c if c.is_ascii_digit() => return Err(format!("a digit ({c}) in a date's pattern")),
@@ -394,7 +413,6 @@ fn write_date(parts: &[DatePart], d: Date, out: &mut String) {
     for p in parts {
         let _ = match p {
             DatePart::Year => write!(out, "{:04}", d.year()),
-            DatePart::ShortYear => write!(out, "{:02}", d.year().rem_euclid(100)),
             DatePart::Month => write!(out, "{:02}", d.month()),
             DatePart::Day => write!(out, "{:02}", d.day()),
             DatePart::DayOfYear => write!(out, "{:03}", d.day_of_year()),
@@ -404,7 +422,7 @@ fn write_date(parts: &[DatePart], d: Date, out: &mut String) {
 }
 
 fn read_date(parts: &[DatePart], text: &str) -> Option<Date> {
-    let (mut year, mut short, mut month, mut day, mut yday) = (None, None, None, None, None);
+    let (mut year, mut month, mut day, mut yday) = (None, None, None, None);
     let mut rest = text;
     for p in parts {
         let (head, tail) = split_at(rest, p.width())?;
@@ -416,7 +434,6 @@ fn read_date(parts: &[DatePart], text: &str) -> Option<Date> {
         };
         match p {
             DatePart::Year => year = Some(num()?),
-            DatePart::ShortYear => short = Some(num()?),
             DatePart::Month => month = Some(num()? as i8),
             DatePart::Day => day = Some(num()? as i8),
             DatePart::DayOfYear => yday = Some(num()?),
@@ -427,7 +444,7 @@ fn read_date(parts: &[DatePart], text: &str) -> Option<Date> {
             }
         }
     }
-    let year = year.or(short.map(|y| 2000 + y))?;
+    let year = year?;
     match (month, day, yday) {
         (_, _, Some(yday)) => Date::new(year, 1, 1)
             .ok()?
@@ -551,11 +568,11 @@ mod tests {
         let p = Some(Period::from_key(Reset::Month, "202602").unwrap());
         assert_eq!(m.render(p, 5).unwrap(), "M2026-02/5");
         assert_eq!(m.decode("M2026-02/5").unwrap().1, 5);
-        let y = Template::parse("{date:%y}{seq:04}", Some(Reset::Year)).unwrap();
+        let y = Template::parse("{date:%Y}{seq:04}", Some(Reset::Year)).unwrap();
         assert_eq!(
             y.render(Some(Period::from_key(Reset::Year, "2026").unwrap()), 42)
                 .unwrap(),
-            "260042"
+            "20260042"
         );
         let j = Template::parse("{date:%Y%j}.{seq}", Some(Reset::Day)).unwrap();
         assert_eq!(j.render(day("20261126"), 9).unwrap(), "2026330.9");
@@ -591,6 +608,10 @@ mod tests {
         refused("{seq:020}", None, "01 to 19");
         refused("{seq:base16}", None, "base36 or base62");
         refused("{date:%H}{seq}", Some(Reset::Day), "%H in a date");
+        // Two digits of the year repeat every hundred years (issue 32).
+        refused("{date:%y%m%d}{seq}", Some(Reset::Day), "%y repeats");
+        refused("{date:%y}{seq:04}", Some(Reset::Year), "%y repeats");
+        refused("{date:%Y-%y}{seq:04}", Some(Reset::Year), "%y repeats");
         refused("{date:%Y1}{seq}", Some(Reset::Year), "a digit");
         refused("{nope}", None, "unknown field");
         refused("{seq", None, "without its '}'");
@@ -604,6 +625,59 @@ mod tests {
                 .to_string()
                 .contains("up to 999")
         );
+    }
+
+    /// Issue 32: decode validates an ID, so it reads only the text the template prints.
+    #[test]
+    fn only_the_text_a_template_prints_is_decoded() {
+        let check = |source: &str, reset: Option<Reset>, text: &str, expect: Option<i64>| {
+            let t = Template::parse(source, reset).unwrap();
+            let got = t.decode(text);
+            assert_eq!(
+                got.as_ref().ok().map(|d| d.1),
+                expect,
+                "{source} {text}: {got:?}"
+            );
+            if let Ok((date, value)) = got {
+                let period = date.zip(reset).map(|(d, r)| Period::of(r, d));
+                assert_eq!(t.render(period, value).unwrap(), text, "{source}");
+            }
+        };
+        let day = Some(Reset::Day);
+        check("N{date:%Y%m%d}-{seq:02}", day, "N20261127-01", Some(1));
+        check("N{date:%Y%m%d}-{seq:03}", day, "N20261127-01", None);
+        check("N{date:%Y%m%d}-{seq}", day, "N20261127-1", Some(1));
+        check("N{date:%Y%m%d}-{seq}", day, "N20261127-01", None);
+        check("N{date:%Y%m%d}-{seq}", day, "N20261127-0", Some(0));
+        check("N{date:%Y%m%d}-{seq}", day, "N20261127-00", None);
+        // A monthly counter prints the first of its month, never another day.
+        let month = Some(Reset::Month);
+        check("M{date:%Y%m%d}{seq:04}", month, "M202611010007", Some(7));
+        check("M{date:%Y%m%d}{seq:04}", month, "M202611150007", None);
+        check(
+            "Y{date:%Y%m}{seq:04}",
+            Some(Reset::Year),
+            "Y2026010007",
+            Some(7),
+        );
+        check(
+            "Y{date:%Y%m}{seq:04}",
+            Some(Reset::Year),
+            "Y2026050007",
+            None,
+        );
+        check("{date:%Y%j}.{seq}", day, "2026330.9", Some(9));
+        check("{date:%Y%j}.{seq}", day, "2026000.9", None);
+        // Digits without a width have no leading zero; with one, exactly that many.
+        check("{seq:base62}", None, "zz", Some(3843));
+        check("{seq:base62}", None, "0zz", None);
+        check("{seq:base36}", None, "00zz", None);
+        check("{seq:base36:04}", None, "00zz", Some(1295));
+        check("{seq:base36:04}", None, "0zz", None);
+        check("{seq:base36:04}", None, "000zz", None);
+        check("{seq}", None, "0", Some(0));
+        check("{seq}", None, "+7", None);
+        check("{seq}", None, "007", None);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use crate::entry::{Seg, Slow, TagEntry, Take};
 use crate::next_id::{NextId, SLOW, SlowFuture, Source};
 use crate::step::next_step;
 use crate::tags::{self, Recently, TagMap};
-use crate::{LoadObserver, SegmentConfig, TagSnapshot};
+use crate::{LoadObserver, SegmentConfig, StepRule, TagSnapshot};
 
 mod load;
 
@@ -31,6 +31,9 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 /// Bound on remembered unknown tags. A flood of distinct names beyond it is not remembered:
 /// that costs store lookups, never unbounded memory.
 const MAX_MISSES: usize = 65_536;
+/// The index of an entry kept out of the arena: no slot has it, so the hot path's by-index
+/// step misses and the hashed lookup serves it.
+const UNINDEXED: usize = usize::MAX;
 /// The first retry of a failed background load waits this long (then doubles).
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -74,8 +77,12 @@ pub(crate) struct Inner {
     clock: Arc<dyn Clock>,
     config: SegmentConfig,
     observer: RwLock<Option<Arc<dyn LoadObserver>>>,
+    /// Sizes the loads instead of Leaf's dynamic step, when set.
+    step_rule: RwLock<Option<Arc<dyn StepRule>>>,
     /// Which listed rows are this allocator's tags (`None`: all).
     listed: RwLock<Option<Keep>>,
+    /// Whether new entries go to the arena (see `with_transient_tags`).
+    indexed: AtomicBool,
     /// The tags in the cache. Replaced whole on change (rare); threads keep a copy
     /// (`tags::lookup`).
     tags: ArcSwap<TagMap>,
@@ -136,12 +143,14 @@ impl SegmentAllocator {
                 clock,
                 config,
                 observer: RwLock::new(None),
+                step_rule: RwLock::new(None),
                 tags: ArcSwap::from_pointee(TagMap::default()),
                 arena: Arena::default(),
                 version: AtomicU64::new(0),
                 map_write: Mutex::new(()),
                 misses: Mutex::default(),
                 listed: RwLock::new(None),
+                indexed: AtomicBool::new(true),
             }),
         }
     }
@@ -156,6 +165,48 @@ impl SegmentAllocator {
             .listed
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(keep));
+        self
+    }
+
+    /// For tags that come and go (a row per day, dropped with [`drop_tags`](Self::drop_tags)
+    /// once over): their entries stay out of the append-only arena, so that a dropped tag's
+    /// memory is freed. Their requests by name take the hashed lookup (a few tens of
+    /// nanoseconds more); a [`handle`](Self::handle) is as fast as ever.
+    pub fn with_transient_tags(self) -> Self {
+        self.inner.indexed.store(false, Ordering::Relaxed);
+        self
+    }
+
+    /// Drops the cached tags whose name `drop` is true of (their buffered IDs are skipped, never
+    /// reissued: a later request loads a new segment), and gives them. A request in flight on
+    /// a dropped tag finds it again by name.
+    pub fn drop_tags(&self, drop: impl Fn(&str) -> bool) -> Vec<Tag> {
+        let _writer = lock(&self.inner.map_write);
+        let current = self.inner.tags.load_full();
+        let mut map = TagMap::with_capacity(current.len());
+        let mut dropped = Vec::new();
+        for entry in current.entries() {
+            if drop(entry.tag.as_str()) {
+                entry.remove();
+                dropped.push(entry.tag.clone());
+            } else {
+                map.insert(entry.clone());
+            }
+        }
+        if !dropped.is_empty() {
+            self.inner.publish_map(map);
+        }
+        dropped
+    }
+
+    /// Sizes every load with `rule` instead of Leaf's dynamic step (business tags grow a
+    /// period's reservations with their use, up to each row's own cap).
+    pub fn with_step_rule(self, rule: Arc<dyn StepRule>) -> Self {
+        *self
+            .inner
+            .step_rule
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(rule);
         self
     }
 
@@ -403,16 +454,26 @@ impl Inner {
     /// A new entry, in the arena. The caller holds `map_write`, which serialises arena pushes.
     fn new_entry(&self, tag: Tag) -> Arc<TagEntry> {
         let make = |index| TagEntry::new(tag.clone(), index);
+        if !self.indexed.load(Ordering::Relaxed) {
+            return Arc::new(make(UNINDEXED));
+        }
         // Past the arena's capacity (billions of entries) the entry is not reachable by index:
         // it is served by the hashed lookup only.
         self.arena
             .push(make)
-            .unwrap_or_else(|| Arc::new(make(usize::MAX)))
+            .unwrap_or_else(|| Arc::new(make(UNINDEXED)))
     }
 
     fn publish_map(&self, map: TagMap) {
         self.tags.store(Arc::new(map));
         self.version.fetch_add(1, Ordering::Release);
+    }
+
+    fn step_rule(&self) -> Option<Arc<dyn StepRule>> {
+        self.step_rule
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn observer(&self) -> Option<Arc<dyn LoadObserver>> {
@@ -650,7 +711,31 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
+    use leaf_core::ManualClock;
+    use leaf_testkit::MemoryStore;
+
     use super::*;
+
+    /// A tag dropped from an allocator of transient tags leaves no entry behind (issue 32: a
+    /// business tag's row per day), and its name still serves, from a new segment.
+    #[tokio::test]
+    async fn a_dropped_transient_tag_frees_its_entry() {
+        let store = Arc::new(MemoryStore::with_tags([("a", 10), ("b", 10)]));
+        let clock = Arc::new(ManualClock::new(0));
+        let alloc =
+            SegmentAllocator::new(store, clock, SegmentConfig::default()).with_transient_tags();
+        assert_eq!(alloc.next_id("a").await.unwrap(), 1);
+        assert_eq!(alloc.next_id("b").await.unwrap(), 1);
+        let entry = Arc::downgrade(&alloc.inner.lookup("a").unwrap());
+        assert_eq!(alloc.drop_tags(|t| t == "a"), [Tag::new("a").unwrap()]);
+        assert!(alloc.drop_tags(|t| t == "a").is_empty(), "dropped once");
+        // The thread's copy of the map follows the next lookup.
+        assert_eq!(alloc.next_id("b").await.unwrap(), 2);
+        assert!(entry.upgrade().is_none(), "the dropped entry is still held");
+        let tags: Vec<Tag> = alloc.snapshot().into_iter().map(|s| s.tag).collect();
+        assert_eq!(tags, [Tag::new("b").unwrap()]);
+        assert_eq!(alloc.next_id("a").await.unwrap(), 11, "a new segment");
+    }
 
     #[test]
     fn errors_are_copied_by_kind() {

@@ -16,3 +16,4 @@ pub use allocator::SegmentAllocator;
 pub use config::SegmentConfig;
 pub use handle::TagHandle;
 pub use snapshot::{LoadObserver, SegmentView, TagSnapshot};
+pub use step::StepRule;

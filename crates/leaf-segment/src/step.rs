@@ -1,10 +1,21 @@
-//! Leaf's dynamic step: size the next segment by how long the previous one lasted.
+//! Leaf's dynamic step: size the next segment by how long the previous one lasted; and the
+//! rule that replaces it for an allocator whose tags are sized by someone else.
 
+use std::fmt::Debug;
 use std::time::Duration;
 
-use leaf_core::MAX_STEP;
+use leaf_core::{MAX_STEP, Tag};
 
 use crate::SegmentConfig;
+
+/// Sizes each load of an allocator's tags in place of Leaf's dynamic step
+/// ([`SegmentAllocator::with_step_rule`](crate::SegmentAllocator::with_step_rule)).
+pub trait StepRule: Send + Sync + Debug {
+    /// The step to ask the store for at a load of `tag`: `last` is the step the tag's latest
+    /// load used since it was cached (`None` at its first load). `None` asks for the row's
+    /// stored step.
+    fn step(&self, tag: &Tag, last: Option<i64>) -> Option<i64>;
+}
 
 /// The step for the next load, given the step of the latest load (`current`), the step stored in
 /// the row (`stored`) and how long the latest segment `lasted` (time between the last two loads).

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{RecordingStore, allocator, patient, snap, wait_for};
 use leaf_core::{Clock, Error, ManualClock, NewTag, SegmentStore, SystemClock, Tag};
-use leaf_segment::{LoadObserver, SegmentAllocator, SegmentConfig};
+use leaf_segment::{LoadObserver, SegmentAllocator, SegmentConfig, StepRule};
 
 fn system() -> Arc<dyn Clock> {
     Arc::new(SystemClock::new())
@@ -256,6 +256,34 @@ async fn step_doubles_stays_and_halves_with_the_clock() {
         ranges.iter().map(|r| r.end - r.start).collect::<Vec<_>>(),
         vec![10, 20, 20, 10, 10]
     );
+}
+
+/// A step rule sizes every load in place of Leaf's dynamic step, from the first.
+#[tokio::test]
+async fn a_step_rule_sizes_every_load() {
+    #[derive(Debug)]
+    struct Grow;
+    impl StepRule for Grow {
+        fn step(&self, tag: &Tag, last: Option<i64>) -> Option<i64> {
+            (tag.as_str() == "t").then(|| last.map_or(3, |l| l + 1))
+        }
+    }
+    let store = RecordingStore::with_tags([("t", 10), ("u", 10)]);
+    let config = SegmentConfig {
+        preload_threshold: 0.0,
+        ..patient()
+    };
+    let alloc = allocator(&store, system(), config)
+        .await
+        .with_step_rule(Arc::new(Grow));
+    for _ in 0..7 {
+        alloc.next_id("t").await.unwrap();
+    }
+    wait_for("load 3", || store.calls("t").len() == 3).await;
+    assert_eq!(store.step_args("t"), vec![Some(3), Some(4), Some(5)]);
+    alloc.next_id("u").await.unwrap();
+    wait_for("load 2 of u", || store.calls("u").len() == 2).await;
+    assert_eq!(store.step_args("u"), vec![None, None], "the stored step");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -170,6 +170,13 @@ struct ClientAllocations {
     ids: AtomicU64,
 }
 
+/// Loads of a business tag's period rows.
+#[derive(Debug, Default)]
+struct Loads {
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
 /// The shared value of `key` in `map`, made on first use. A read lock on the common path.
 fn slot<K: Eq + Hash + Clone, V: Default>(map: &RwLock<HashMap<K, Arc<V>>>, key: &K) -> Arc<V> {
     if let Some(v) = map.read().unwrap_or_else(|p| p.into_inner()).get(key) {
@@ -190,6 +197,7 @@ pub struct Metrics {
     segment_issued: RwLock<HashMap<Tag, Arc<AtomicU64>>>,
     format_overflows: RwLock<HashMap<Tag, Arc<AtomicU64>>>,
     client_allocations: RwLock<HashMap<(Tag, Family), Arc<ClientAllocations>>>,
+    business_loads: RwLock<HashMap<Tag, Arc<Loads>>>,
     snowflake_issued: AtomicU64,
     segment_load_duration: Histogram,
 }
@@ -202,6 +210,7 @@ impl Default for Metrics {
             segment_issued: RwLock::default(),
             format_overflows: RwLock::default(),
             client_allocations: RwLock::default(),
+            business_loads: RwLock::default(),
             snowflake_issued: AtomicU64::new(0),
             segment_load_duration: Histogram::new(&LOAD_BUCKETS),
         }
@@ -289,6 +298,32 @@ impl Metrics {
     /// Records one segment load's duration.
     pub fn segment_load(&self, took: Duration) {
         self.segment_load_duration.observe(took);
+    }
+
+    /// Records one load of a business tag's period row under its base tag `tag`: counted here,
+    /// since the rows (whose snapshots count a plain tag's loads) come and go each period.
+    pub fn business_load(&self, tag: &Tag, ok: bool, took: Duration) {
+        self.segment_load(took);
+        let loads = slot(&self.business_loads, tag);
+        let n = if ok { &loads.ok } else { &loads.failed };
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Each business tag's loads, `(tag, ok, failed)`, in tag order.
+    pub fn business_loads(&self) -> Vec<(Tag, u64, u64)> {
+        let loads = self
+            .business_loads
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<_> = loads
+            .iter()
+            .map(|(t, n)| {
+                let count = |a: &AtomicU64| a.load(Ordering::Relaxed);
+                (t.clone(), count(&n.ok), count(&n.failed))
+            })
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 
     /// Writes the counters and histograms kept here.

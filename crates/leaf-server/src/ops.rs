@@ -8,7 +8,8 @@ use leaf_core::{Allocation, DecodedId, NewTag, Tag, TagRecord, TagUpdate};
 use std::sync::Arc;
 
 use leaf_format::{
-    Definition, Grouped, Joined, Properties, Reset, SnowflakeForm, check_plain, group_rows,
+    Definition, Grouped, Joined, Properties, Reset, SnowflakeForm, check_new_plain, check_plain,
+    check_unclaimed, check_update, group_rows,
 };
 use leaf_segment::{SegmentAllocator, TagSnapshot};
 
@@ -294,11 +295,16 @@ pub(crate) async fn allocate(
     let allocator = state.segment()?;
     let tag = parse_tag(raw_tag)?;
     let step = check_step(step, allocator.config().max_step, shown_step)?;
+    // A business tag's leases are counted under its base tag, not one label per period row.
+    let mut counted = tag.clone();
     let step = match period_row(state, &tag).await? {
-        // A business tag's period row, leased by leaf-client: at most the row's capped step.
+        // A business tag's period row, leased by leaf-client: at most the row's capped step,
+        // and a first range before its period starts.
         Some(def) => {
-            let cap = def.props().row_step(def.step());
-            Some(step.map_or(cap, |s| s.min(cap)))
+            counted = def.base().clone();
+            let business = state.business()?;
+            let most = business.lease_step(&def, &tag, step);
+            Some(most.map_err(|e| ApiError::from_core(Origin::Segment, e))?)
         }
         None => {
             plain_tag(
@@ -318,7 +324,7 @@ pub(crate) async fn allocate(
         .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
     state
         .metrics()
-        .client_allocation(&tag, family, a.used_step.max(0) as u64);
+        .client_allocation(&counted, family, a.used_step.max(0) as u64);
     Ok(a)
 }
 
@@ -511,7 +517,7 @@ pub(crate) async fn create_tag(state: &AppState, body: CreateTag) -> Result<Crea
         new.step = s;
     }
     new.description = body.description;
-    new.validate().map_err(other)?;
+    check_new_plain(&new).map_err(other)?;
     let record = allocator.store().create(&new).await.map_err(other)?;
     // The tag may have been asked for (and remembered as unknown) a moment ago.
     allocator.forget_miss(tag.as_str());
@@ -526,16 +532,13 @@ pub(crate) async fn update_tag(
     update: TagUpdate,
 ) -> Result<TagRecord, ApiError> {
     let allocator = state.segment()?;
-    let tag = Tag::new(raw_tag).map_err(|e| ApiError::from_core(Origin::Other, e))?;
-    plain_tag(
-        state,
-        raw_tag,
-        "its properties and its rows' steps never change (a different numbering is a new tag)",
-    )
-    .await?;
-    update
-        .validate()
-        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
+    let other = |e| ApiError::from_core(Origin::Other, e);
+    let tag = Tag::new(raw_tag).map_err(other)?;
+    check_update(&tag, &update).map_err(other)?;
+    // Read now, not from a cache: a claim written a moment ago by another node counts.
+    if let Some(stored) = allocator.store().get(&tag).await.map_err(other)? {
+        check_unclaimed(&stored).map_err(other)?;
+    }
     let record = allocator
         .store()
         .update(&tag, &update)

@@ -182,13 +182,16 @@ impl Running {
     }
 }
 
-/// Reads the business tags' definitions, so that the plain cache leaves their rows out from
-/// the first refresh; a failure only delays that (each is read at its first use anyway).
-async fn read_business_tags(service: &SegmentService) {
-    match service.business().refresh().await {
-        Ok(n) => tracing::info!(business_tags = n, "business tags read"),
-        Err(e) => tracing::warn!(error = %e, "the business tags could not be read yet"),
-    }
+/// Segment mode's start-up, in this order: the seed tags, the business tags' definitions, then
+/// the plain cache, which so leaves out the rows of every business tag known by then (a request
+/// never finds a business tag's base or rows among the plain tags, not even until the first
+/// refresh). Each definition is also read at its first use.
+async fn start_up(service: &SegmentService, seeds: &[NewTag]) -> leaf_core::Result<()> {
+    let allocator = service.allocator();
+    seed(allocator.store().as_ref(), seeds).await?;
+    let n = service.business().refresh().await?;
+    tracing::info!(business_tags = n, "business tags read");
+    allocator.init().await
 }
 
 async fn start_segment(
@@ -205,14 +208,11 @@ async fn start_segment(
         SegmentAllocator::new(store, Arc::clone(clock), config.segment.allocator_config())
             .with_observer(Arc::new(LoadMetrics(Arc::clone(metrics))));
     let warm_tags = warm::read(warm_file);
-    let first = match seed(allocator.store().as_ref(), &seeds).await {
-        Ok(()) => allocator.init().await,
-        Err(e) => Err(e),
-    };
-    match first {
+    // Not ready until started: its listing filter is in place before the first listing.
+    let service = SegmentService::new(allocator.clone());
+    match start_up(&service, &seeds).await {
         Ok(()) => {
-            let service = SegmentService::ready(allocator.clone());
-            read_business_tags(&service).await;
+            service.mark_ready();
             tasks.push(allocator.spawn_refresher());
             if !warm_tags.is_empty() {
                 tracing::info!(
@@ -225,20 +225,15 @@ async fn start_segment(
         }
         Err(e) if e.is_retryable() => {
             tracing::warn!(error = %e, "segment mode cannot start yet; retrying in the background");
-            let service = SegmentService::starting(allocator.clone(), &e);
+            service.set_not_ready_reason(&e);
             let s = service.clone();
             tasks.push(tokio::spawn(async move {
                 let mut pause = Duration::from_millis(500);
                 loop {
                     tokio::time::sleep(pause).await;
                     // The seed tags too: the store may not have been reachable for them.
-                    let started = match seed(allocator.store().as_ref(), &seeds).await {
-                        Ok(()) => allocator.init().await,
-                        Err(e) => Err(e),
-                    };
-                    match started {
+                    match start_up(&s, &seeds).await {
                         Ok(()) => {
-                            read_business_tags(&s).await;
                             s.mark_ready();
                             tracing::info!("segment mode started");
                             // The refresher lives as long as this task; both end at shutdown.
@@ -261,11 +256,13 @@ async fn start_segment(
     }
 }
 
-/// Creates the seed tags that are missing. A retryable failure (the store is down) is returned,
-/// for segment mode's start-up to retry; any other is logged and the tag left out.
-async fn seed(store: &dyn SegmentStore, tags: &[leaf_core::Tag]) -> leaf_core::Result<()> {
-    for tag in tags {
-        match store.create(&NewTag::new(tag.clone())).await {
+/// Creates the seed tags that are missing (checked as `POST /v1/tags` checks a plain tag, by
+/// `SegmentSection::seed_tags`). A retryable failure (the store is down) is returned, for
+/// segment mode's start-up to retry; any other is logged and the tag left out.
+async fn seed(store: &dyn SegmentStore, tags: &[NewTag]) -> leaf_core::Result<()> {
+    for new in tags {
+        let tag = &new.tag;
+        match store.create(new).await {
             Ok(r) => tracing::info!(tag = %tag, step = r.step, "seed tag created"),
             Err(Error::AlreadyExists(_)) => {}
             Err(e) if e.is_retryable() => return Err(e),

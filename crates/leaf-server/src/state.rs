@@ -50,6 +50,11 @@ impl AppState {
         snowflake: Option<SnowflakeService>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        if let Some(s) = &segment {
+            // Here the metrics meet the service: business tags' loads count under their base.
+            s.business()
+                .observe_loads(Arc::new(BusinessLoadMetrics(Arc::clone(&metrics))));
+        }
         let started_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -234,9 +239,16 @@ pub struct SegmentService {
 impl SegmentService {
     /// A service whose allocator is initialised.
     pub fn ready(allocator: SegmentAllocator) -> Self {
-        let s = Self::with_reason(allocator, "initialising".into());
+        let s = Self::new(allocator);
         s.mark_ready();
         s
+    }
+
+    /// A service whose allocator is about to be initialised: not ready until
+    /// [`mark_ready`](Self::mark_ready), and already keeping business tags' rows out of the
+    /// allocator's listing.
+    pub fn new(allocator: SegmentAllocator) -> Self {
+        Self::with_reason(allocator, "initialising".into())
     }
 
     /// A service whose allocator is not initialised yet, because of `err`; clients learn only
@@ -436,6 +448,16 @@ impl LoadObserver for LoadMetrics {
     fn on_load(&self, _tag: &Tag, _ok: bool, took: Duration) {
         // Per-tag counts come from the allocator's snapshot at scrape time.
         self.0.segment_load(took);
+    }
+}
+
+/// Feeds the business tags' load reports (by base tag) into the metrics.
+#[derive(Debug)]
+struct BusinessLoadMetrics(Arc<Metrics>);
+
+impl LoadObserver for BusinessLoadMetrics {
+    fn on_load(&self, tag: &Tag, ok: bool, took: Duration) {
+        self.0.business_load(tag, ok, took);
     }
 }
 

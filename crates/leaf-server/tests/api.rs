@@ -1822,6 +1822,15 @@ async fn the_client_token_guards_the_id_and_allocate_routes() {
     .error(403, 403);
 }
 
+/// The text of `/metrics`, which must hold each of `lines`.
+async fn metrics_with(app: &Router, lines: &[&str]) -> String {
+    let text = get(app, "/metrics").await.text();
+    for line in lines {
+        assert!(text.lines().any(|l| l == *line), "{line}\n{text}");
+    }
+    text
+}
+
 #[tokio::test]
 async fn client_allocations_are_counted_by_tag_and_address_family() {
     let f = fixture().await;
@@ -1830,13 +1839,17 @@ async fn client_allocations_are_counted_by_tag_and_address_family() {
     allocate(&f.app, &format!("{uri}?step=5"), &[], None).await;
     send(&f.app, Method::POST, uri, Some("[::1]:40000"), &[], None).await;
     allocate(&f.app, "/v1/segment/nope/allocate", &[], None).await;
-    let text = get(&f.app, "/metrics").await.text();
-    let has = |line: &str| assert!(text.lines().any(|l| l == line), "{line}\n{text}");
-    has("leaf_client_allocations_total{tag=\"t\",family=\"ipv4\"} 2");
-    has("leaf_client_allocations_total{tag=\"t\",family=\"ipv6\"} 1");
-    has("leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv4\"} 15");
-    has("leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv6\"} 10");
-    has("leaf_requests_total{route=\"/v1/segment/{*tag}\",status=\"404\"} 1");
+    let text = metrics_with(
+        &f.app,
+        &[
+            "leaf_client_allocations_total{tag=\"t\",family=\"ipv4\"} 2",
+            "leaf_client_allocations_total{tag=\"t\",family=\"ipv6\"} 1",
+            "leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv4\"} 15",
+            "leaf_client_allocated_ids_total{tag=\"t\",family=\"ipv6\"} 10",
+            "leaf_requests_total{route=\"/v1/segment/{*tag}\",status=\"404\"} 1",
+        ],
+    )
+    .await;
     assert!(
         !text.contains("nope"),
         "an unknown tag never becomes a label"
@@ -2479,6 +2492,10 @@ async fn bad_business_tags_are_400_and_store_nothing() {
             "description",
         ),
         (r#"{"tag":"b@9","format":"B{seq}"}"#, "@"),
+        (
+            r#"{"tag":"b10","reset":"day","format":"B{date:%y%m%d}{seq}"}"#,
+            "%y repeats",
+        ),
         (r#"{"tag":"x@20261126"}"#, "reserved"),
         (r#"{"tag":"x@"}"#, "reserved"),
     ] {
@@ -2517,9 +2534,10 @@ async fn bad_business_tags_are_400_and_store_nothing() {
                 .unwrap()
         }
     };
+    // One ID taken: a first range, a tenth of the row's step.
     assert_eq!(
         row("order@20261127").await.map(|r| (r.step, r.max_id)),
-        Some((100, 101)),
+        Some((100, 11)),
         "untouched"
     );
     // Leases are of period rows (leaf-client's business tags), never of the base or the
@@ -2537,7 +2555,7 @@ async fn bad_business_tags_are_400_and_store_nothing() {
     let a = allocate("order@20261127", "100000").await;
     assert_eq!(a.status, 200, "{}", a.text());
     assert_eq!(a.json()["used_step"], 100, "capped at the row's step");
-    assert_eq!(a.json()["max_id"], 201);
+    assert_eq!(a.json()["max_id"], 111);
     // A period within one of the server's clock is created on first use, as a node would.
     assert!(row("order@20261128").await.is_none());
     let r = get(&f.app, "/v1/tags/order@20261128").await;
@@ -2546,6 +2564,11 @@ async fn bad_business_tags_are_400_and_store_nothing() {
         (r.json()["max_id"].as_i64(), r.json()["step"].as_i64()),
         (Some(1), Some(100))
     );
+    // Before its day starts here, a lease of it is a first range at most, whatever the client
+    // asks: clients preloading a day hold no more of it than nodes do (issue 32).
+    let a = allocate("order@20261128", "100000").await;
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.json()["used_step"], 10, "{}", a.text());
     let a = allocate("order@20261126", "10").await;
     assert_eq!(a.status, 200, "the day before: {}", a.text());
     // Farther, or not a period of this tag: 400, nothing created.
@@ -2601,12 +2624,7 @@ async fn listings_show_business_tags_with_their_periods_under_them() {
     let order = tags.iter().find(|t| t["tag"] == "order").unwrap();
     assert_eq!(order["format"], "ORD{date:%Y%m%d}{seq:06}", "{order}");
     assert_eq!(order["reset"], "day", "{order}");
-    let periods: Vec<&str> = order["periods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["tag"].as_str().unwrap())
-        .collect();
+    let periods = tag_names(&order["periods"]);
     assert_eq!(periods, ["order@20261126", "order@20261127"], "{order}");
     let today = &order["periods"][1];
     assert_eq!(today["cache"]["initialized"], true, "{today}");
@@ -2628,7 +2646,9 @@ async fn a_business_tag_claims_its_name_on_every_node_and_before_it() {
     .await;
     // Node B asks first: nothing yet, and it remembers so for a second.
     get(&b.app, "/api/segment/get/order").await.error(404, -2);
-    let r = post_tag(&a.app, r#"{"tag":"order","step":10,"format":"O{seq}"}"#).await;
+    // A node's first range is a tenth of the step: 100 here, so that taking one ID starts no
+    // preload that would race with node B's first range.
+    let r = post_tag(&a.app, r#"{"tag":"order","step":1000,"format":"O{seq}"}"#).await;
     assert_eq!(r.status, 201, "{}", r.text());
     // Node B, still remembering no definition, cannot make a plain tag of the name: the
     // business tag claimed it in the store, with no ID left.
@@ -2649,7 +2669,7 @@ async fn a_business_tag_claims_its_name_on_every_node_and_before_it() {
     assert!(matches!(e, leaf_core::Error::Exhausted(_)), "{e}");
     clock.advance(std::time::Duration::from_secs(2));
     assert_eq!(get(&a.app, "/api/segment/get/order").await.text(), "O1");
-    assert_eq!(get(&b.app, "/api/segment/get/order").await.text(), "O11");
+    assert_eq!(get(&b.app, "/api/segment/get/order").await.text(), "O101");
     // The claim is not listed as a tag of its own.
     let list = get(&b.app, "/v1/tags").await.json();
     let orders = list["tags"]
@@ -2672,16 +2692,12 @@ async fn plain_tags_named_like_business_rows_before_them_are_served_as_ever() {
     .await;
     assert_eq!(plain_id(&get(&f.app, "/api/segment/get/job@2024").await), 1);
     assert_eq!(plain_id(&get(&f.app, "/api/segment/get/mail@").await), 1);
-    let r = send(
-        &f.app,
-        Method::PATCH,
-        "/v1/tags/job@2024",
-        LOCAL,
-        JSON,
-        Some(r#"{"step":20}"#),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text());
+    // Their rows are not changed through the API: a name of that shape is refused by itself
+    // (issue 32), since no lookup can tell it from a business tag's row created a moment ago.
+    let m = patch_tag(&f.app, "job@2024", &serde_json::json!({ "step": 20 }))
+        .await
+        .error(400, 400);
+    assert!(m.contains("in its database"), "{m}");
     // New names of that shape are refused, and a business tag cannot take such rows over.
     post_tag(&f.app, r#"{"tag":"job@2025"}"#)
         .await
@@ -2699,4 +2715,255 @@ async fn plain_tags_named_like_business_rows_before_them_are_served_as_ever() {
         );
     }
     assert_eq!(plain_id(&get(&f.app, "/api/segment/get/job@2024").await), 2);
+}
+
+/// A node as `server::start` builds it from its configuration: segment mode only, on the SQLite
+/// file `file` shared with other nodes, with `seeds` as `segment.seed_tags`.
+async fn sqlite_node(
+    file: &std::path::Path,
+    seeds: &[&str],
+) -> anyhow::Result<(leaf_server::server::Running, Router)> {
+    let mut config = Config::default();
+    config.snowflake.enabled = false;
+    config.segment.store = "sqlite".into();
+    config
+        .segment
+        .stores
+        .insert("url", format!("sqlite://{}", file.display()));
+    config.segment.seed_tags = seeds.iter().map(|s| s.to_string()).collect();
+    let running = leaf_server::server::start(&config, "127.0.0.1:8080".parse().unwrap()).await?;
+    let app = app(running.state.clone());
+    Ok((running, app))
+}
+
+async fn patch_tag(app: &Router, tag: &str, body: &Value) -> Reply {
+    let uri = format!("/v1/tags/{tag}");
+    send(
+        app,
+        Method::PATCH,
+        &uri,
+        LOCAL,
+        JSON,
+        Some(&body.to_string()),
+    )
+    .await
+}
+
+/// Issue 32: a definition created on another node within the second a node remembers "no such
+/// tag" was missed by the PATCH guard, and `order@` could be turned from daily to monthly (whose
+/// rows print the same IDs). The rows of business tags are refused by name alone, and no tag
+/// may hold a description that reads as properties or as a claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_node_changes_a_business_tags_rows_and_no_tag_holds_properties() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leaf.db");
+    let (_a, a) = sqlite_node(&file, &[]).await.unwrap();
+    let (_b, b) = sqlite_node(&file, &[]).await.unwrap();
+    // Node B asks first, and remembers for a second that there is no such tag.
+    get(&b, "/api/segment/get/order").await.error(404, -2);
+    let r = post_tag(&a, ORDER).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let daily = get(&a, "/v1/tags/order@").await.json()["description"].clone();
+    let monthly = "leaf-props:v1 reset=month zone=Asia/Shanghai first=1 \
+                   format=ORD{date:%Y%m}{seq:06}";
+    for tag in [
+        "order@",
+        "order@20261127",
+        "order@202611",
+        "order@all",
+        "order",
+    ] {
+        for body in [
+            serde_json::json!({ "description": monthly }),
+            serde_json::json!({ "step": 5 }),
+        ] {
+            let r = patch_tag(&b, tag, &body).await;
+            assert_eq!(r.status, 400, "PATCH {tag} {body} on node B: {}", r.text());
+        }
+    }
+    let stored = get(&a, "/v1/tags/order@").await.json();
+    assert_eq!(stored["description"], daily, "{stored}");
+    // Text that reads as a definition or a claim is no plain tag's description.
+    assert_eq!(
+        post_tag(&a, r#"{"tag":"plain","description":"made by hand"}"#)
+            .await
+            .status,
+        201
+    );
+    for text in [
+        monthly,
+        "leaf-props:v2 anything",
+        "leaf-business: counted in plain@",
+    ] {
+        let body = serde_json::json!({ "tag": "other", "description": text });
+        let m = post_tag(&b, &body.to_string()).await.error(400, 400);
+        assert!(m.contains("description"), "{m}");
+        let m = patch_tag(&b, "plain", &serde_json::json!({ "description": text }))
+            .await
+            .error(400, 400);
+        assert!(m.contains("description"), "{m}");
+    }
+    assert_eq!(
+        get(&a, "/v1/tags/other").await.status,
+        404,
+        "nothing created"
+    );
+    let plain = get(&a, "/v1/tags/plain").await.json();
+    assert_eq!(plain["description"], "made by hand", "{plain}");
+}
+
+/// Issue 32: `segment.seed_tags = ["seeded@"]` created a row of a business definition's shape,
+/// which a PATCH could then make a business tag with no claim. Seeds go through the checks of
+/// `POST /v1/tags`, and a bad one stops start-up naming the key, before anything is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_tags_pass_the_checks_of_a_created_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leaf.db");
+    for seed in ["seeded@", "seeded@2026", "seeded@20261127", "seeded@all"] {
+        match sqlite_node(&file, &["fine", seed]).await {
+            Ok(_) => panic!("segment.seed_tags = [\"fine\", {seed:?}] started"),
+            Err(e) => {
+                let m = format!("{e:#}");
+                assert!(
+                    m.contains("segment.seed_tags") && m.contains(seed) && m.contains("reserved"),
+                    "{m}"
+                );
+            }
+        }
+    }
+    let (_node, app) = sqlite_node(&file, &["fine"]).await.unwrap();
+    let list = get(&app, "/v1/tags").await.json();
+    assert_eq!(tag_names(&list["tags"]), ["fine"], "{list}");
+}
+
+/// The `tag` of each object of a JSON array (a listing's tags, a business tag's periods).
+fn tag_names(list: &Value) -> Vec<&str> {
+    let rows = list.as_array().expect("an array of tags");
+    rows.iter().map(|t| t["tag"].as_str().unwrap()).collect()
+}
+
+/// Issue 32: `/v1/decode` validates an ID, so it reads only the text the tag prints: wrong
+/// widths, leading zeros, a day in a monthly tag's date are 400, as are a snowflake form's
+/// leading zeros and signs.
+#[tokio::test]
+async fn decode_reads_only_the_text_a_tag_prints() {
+    let (f, _clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS).await;
+    for body in [
+        r#"{"tag":"n","reset":"day","format":"N{date:%Y%m%d}-{seq}"}"#,
+        r#"{"tag":"w","reset":"day","format":"W{date:%Y%m%d}-{seq:03}"}"#,
+        r#"{"tag":"m","reset":"month","format":"M{date:%Y%m%d}{seq:04}"}"#,
+        r#"{"tag":"b","format":"B{seq:base62}"}"#,
+    ] {
+        let r = post_tag(&f.app, body).await;
+        assert_eq!(r.status, 201, "{body}: {}", r.text());
+    }
+    let decode = |tag: &str, id: &str| {
+        let (app, uri) = (f.app.clone(), format!("/v1/decode/{tag}?id={id}"));
+        async move { get(&app, &uri).await }
+    };
+    for (tag, id, value) in [
+        ("n", "N20261127-1", 1),
+        ("w", "W20261127-001", 1),
+        ("m", "M202611010007", 7),
+        ("b", "Bzz", 3843),
+    ] {
+        let r = decode(tag, id).await;
+        assert_eq!(r.status, 200, "{tag} {id}: {}", r.text());
+        assert_eq!(r.json()["value"], value, "{tag} {id}");
+    }
+    for (tag, id) in [
+        ("n", "N20261127-01"),
+        ("w", "W20261127-01"),
+        ("w", "W20261127-0001"),
+        ("m", "M202611150007"),
+        ("b", "B0zz"),
+    ] {
+        let m = decode(tag, id).await.error(400, 400);
+        assert!(m.contains("not an ID"), "{tag} {id}: {m}");
+    }
+    let layout = SnowflakeLayout::default();
+    let id = layout.encode(1_795_699_050_192, 3, 17).unwrap();
+    for (format, text, ok) in [
+        ("friendly", "20261126131730192-3-17", true),
+        ("friendly", "20261126131730192-+3-17", false),
+        ("friendly", "20261126131730192-03-17", false),
+        (
+            "base62",
+            &leaf_format::Radix::Base62.encode(id as u64),
+            true,
+        ),
+        (
+            "base62",
+            &format!("0{}", leaf_format::Radix::Base62.encode(id as u64)),
+            false,
+        ),
+    ] {
+        let r = get(
+            &f.app,
+            &format!("/v1/snowflake/{text}/decode?format={format}"),
+        )
+        .await;
+        if ok {
+            assert_eq!(r.status, 200, "{format} {text}: {}", r.text());
+            assert_eq!(r.json()["id"], id, "{format} {text}");
+        } else {
+            r.error(400, 400);
+        }
+    }
+}
+
+/// Issue 32: the metrics of a business tag carry its base tag, never one label per period row
+/// (a new one each day, forever), and its period rows' loads are counted like a plain tag's.
+#[tokio::test]
+async fn business_tags_are_counted_by_base_tag_in_the_metrics() {
+    let (f, clock) = on_segment_clock(SHANGHAI_MIDNIGHT_MS).await;
+    assert_eq!(post_tag(&f.app, ORDER).await.status, 201);
+    for day in 0..3u64 {
+        clock.set_ms(SHANGHAI_MIDNIGHT_MS + day * 86_400_000);
+        // One ID: a take that crosses no preload point, so that each day loads once.
+        text_ids(&get(&f.app, "/v1/segment/order").await);
+        let key = if day == 0 { "20261127" } else { "20261128" };
+        let uri = format!("/v1/segment/order@{key}/allocate?step=5");
+        let r = allocate(&f.app, &uri, &[], None).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let text = metrics_with(
+        &f.app,
+        &[
+            "leaf_client_allocations_total{tag=\"order\",family=\"ipv4\"} 3",
+            "leaf_client_allocated_ids_total{tag=\"order\",family=\"ipv4\"} 15",
+            "leaf_ids_issued_total{mode=\"segment\",tag=\"order\"} 3",
+            "leaf_segment_loads_total{tag=\"order\",result=\"ok\"} 3",
+            "leaf_segment_loads_total{tag=\"order\",result=\"error\"} 0",
+        ],
+    )
+    .await;
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("order@")).collect();
+    assert!(rows.is_empty(), "labels of period rows: {rows:?}");
+}
+
+/// Issue 32: a node starting on a store with business tags reads their definitions before it
+/// fills its plain cache, so that their rows never count as plain tags there, not even for the
+/// first refresh interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_node_never_caches_business_rows_as_plain_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("leaf.db");
+    let (_a, a) = sqlite_node(&file, &["fine"]).await.unwrap();
+    let r = post_tag(&a, r#"{"tag":"ticket","step":1000,"format":"T{seq:05}"}"#).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(text_ids(&get(&a, "/v1/segment/ticket").await), ["T00001"]);
+    let (node_b, b) = sqlite_node(&file, &["fine"]).await.unwrap();
+    let metrics = get(&b, "/metrics").await.text();
+    let plain: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("leaf_segment_loaded{"))
+        .collect();
+    assert_eq!(plain, ["leaf_segment_loaded{tag=\"fine\"} 0"], "{metrics}");
+    let service = node_b.state.segment_service().unwrap();
+    let cached: Vec<String> = (service.allocator().snapshot().into_iter())
+        .map(|s| s.tag.to_string())
+        .collect();
+    assert_eq!(cached, ["fine"], "the plain cache");
+    assert_eq!(text_ids(&get(&b, "/v1/segment/ticket").await), ["T00101"]);
 }

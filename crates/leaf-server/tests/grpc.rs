@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use leaf_core::{NodeIdentity, SnowflakeLayout, SystemClock};
+use leaf_core::{Clock, ManualClock, NodeIdentity, SnowflakeLayout, SystemClock};
 use leaf_segment::SegmentAllocator;
 use leaf_server::config::Config;
 use leaf_server::grpc::pb::admin_client::AdminClient;
@@ -45,12 +45,13 @@ fn config() -> Config {
 }
 
 async fn start(config: Config) -> Server {
+    start_on(config, Arc::new(SystemClock::new())).await
+}
+
+/// [`start`] with segment mode (and so business tags' periods) on `segment_clock`.
+async fn start_on(config: Config, segment_clock: Arc<dyn Clock>) -> Server {
     let store = Arc::new(MemoryStore::with_tags([("t", 1000), ("big", 100_000)]));
-    let allocator = SegmentAllocator::new(
-        store,
-        Arc::new(SystemClock::new()),
-        config.segment.allocator_config(),
-    );
+    let allocator = SegmentAllocator::new(store, segment_clock, config.segment.allocator_config());
     allocator.init().await.unwrap();
     let pool = MemoryRegistryPool::new(false);
     let generator = Snowflake::start(
@@ -1022,9 +1023,22 @@ async fn an_http2_peer_that_answers_no_ping_is_closed() {
     assert!(closed.is_ok(), "still open 8 s after a 1 s keep-alive");
 }
 
+/// `n` IDs of the business tag `order`, as printed.
+async fn order_ids(segment: &SegmentClient<Channel>, n: u32) -> Vec<String> {
+    let mut segment = segment.clone();
+    let got = segment.next_segment_ids(seg("order", n)).await.unwrap();
+    got.into_inner().formatted_ids
+}
+
+/// 2026-11-27 10:00 in Asia/Shanghai: the business test's day is its clock's, never the
+/// machine's (issue 32: on the wall clock it failed when midnight there, 16:00 UTC, fell between
+/// two of its requests).
+const SHANGHAI_MORNING_MS: u64 = 1_795_744_800_000;
+
 #[tokio::test]
 async fn business_tags_are_created_listed_and_answered_as_formatted_ids() {
-    let s = start(config()).await;
+    let clock = ManualClock::new(SHANGHAI_MORNING_MS);
+    let s = start_on(config(), Arc::new(clock.clone())).await;
     let mut admin = AdminClient::new(s.channel().await);
     let created = admin
         .create_tag(pb::CreateTagRequest {
@@ -1053,10 +1067,14 @@ async fn business_tags_are_created_listed_and_answered_as_formatted_ids() {
         .unwrap()
         .into_inner();
     assert!(got.ids.is_empty(), "{got:?}");
-    assert_eq!(got.formatted_ids.len(), 3, "{got:?}");
-    let day = &got.formatted_ids[0][3..11];
-    let expected: Vec<String> = (1..=3).map(|n| format!("ORD{day}{n:06}")).collect();
-    assert_eq!(got.formatted_ids, expected);
+    assert_eq!(
+        got.formatted_ids,
+        [
+            "ORD20261127000001",
+            "ORD20261127000002",
+            "ORD20261127000003"
+        ]
+    );
     // Plain tags answer numbers as before, with no formatted_ids.
     let plain = segment
         .next_segment_ids(seg("t", 2))
@@ -1083,12 +1101,7 @@ async fn business_tags_are_created_listed_and_answered_as_formatted_ids() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e}");
-    let next = segment
-        .next_segment_ids(seg("order", 1))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(next.formatted_ids, [format!("ORD{day}000004")]);
+    assert_eq!(order_ids(&segment, 1).await, ["ORD20261127000004"]);
 
     let list = admin
         .list_tags(pb::ListTagsRequest {})
@@ -1100,12 +1113,34 @@ async fn business_tags_are_created_listed_and_answered_as_formatted_ids() {
     let order = list.tags.iter().find(|t| t.tag == "order").expect("order");
     assert!(order.business.is_some());
     let periods: Vec<&str> = order.periods.iter().map(|p| p.tag.as_str()).collect();
-    // (Within 30 s of midnight in Shanghai the next day's row is there too, preloaded.)
-    let today = format!("order@{day}");
-    assert!(periods.contains(&today.as_str()), "{order:?}");
-    assert!(periods.iter().all(|p| p.starts_with("order@")), "{order:?}");
-    let row = order.periods.iter().find(|p| p.tag == today).unwrap();
+    assert_eq!(periods, ["order@20261127"], "{order:?}");
+    let row = &order.periods[0];
     assert!(row.cache.as_ref().is_some_and(|c| c.initialized), "{row:?}");
+    // At midnight in Shanghai the count restarts, on this clock only.
+    clock.set_ms(SHANGHAI_MORNING_MS + 14 * 3_600_000);
+    assert_eq!(order_ids(&segment, 1).await, ["ORD20261128000001"]);
+
+    // Its rows never change, refused by their names; nor does any tag take properties as its
+    // description (issue 32).
+    for (tag, description) in [
+        (
+            "order@",
+            "leaf-props:v1 reset=month zone=UTC first=1 format=O{date:%Y%m}{seq}",
+        ),
+        ("order@20261127", "x"),
+        ("order", "x"),
+        ("t", "leaf-props:v1 zone=UTC first=1 format=T{seq}"),
+    ] {
+        let e = admin
+            .update_tag(pb::UpdateTagRequest {
+                tag: tag.into(),
+                step: None,
+                description: Some(description.into()),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{tag}: {e}");
+    }
 
     // A bad zone is INVALID_ARGUMENT, nothing created.
     let e = admin

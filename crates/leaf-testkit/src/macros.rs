@@ -83,6 +83,7 @@ macro_rules! period_conformance {
                 a_value_past_the_width_is_an_error_and_steps_are_capped,
                 base36_and_base62_ids_round_trip,
                 reserved_names_and_definitions,
+                sixty_nodes_preloading_a_day_reserve_at_most_a_tenth_of_it,
             );
         }
     };

@@ -76,7 +76,8 @@ pub async fn a_daily_counter_restarts_at_midnight_in_its_zone(fixture: &dyn Stor
         1,
         "ORD{date:%Y%m%d}{seq:06}",
     );
-    one.create(&t, 100, p)
+    // Each node's first range of a day is a tenth of the row's step: 100 here.
+    one.create(&t, 1000, p)
         .await
         .expect("create the business tag");
 
@@ -168,7 +169,7 @@ pub async fn two_nodes_across_midnight_print_no_id_twice(fixture: &dyn StoreFixt
     one.create(
         &t,
         10,
-        props(Some(Reset::Day), "Asia/Shanghai", 1, "S{date:%y%m%d}-{seq}"),
+        props(Some(Reset::Day), "Asia/Shanghai", 1, "S{date:%Y%m%d}-{seq}"),
     )
     .await
     .expect("create");
@@ -196,8 +197,8 @@ pub async fn two_nodes_across_midnight_print_no_id_twice(fixture: &dyn StoreFixt
         assert!(seen.insert(id.clone()), "{id} was issued twice");
     }
     assert_eq!(seen.len(), 8 * 15 * 3 + 40);
-    let days: HashSet<&str> = seen.iter().map(|id| &id[1..7]).collect();
-    assert_eq!(days, HashSet::from(["261126", "261127"]));
+    let days: HashSet<&str> = seen.iter().map(|id| &id[1..9]).collect();
+    assert_eq!(days, HashSet::from(["20261126", "20261127"]));
 }
 
 /// Monthly and yearly counters restart at their period's end (UTC here).
@@ -420,4 +421,73 @@ pub async fn reserved_names_and_definitions(fixture: &dyn StoreFixture) {
             .is_none(),
         "a plain tag has no definition"
     );
+}
+
+/// Issue 32: 60 nodes (leasing clients count as nodes) that each preload tomorrow's row of a
+/// `{seq:06}` tag, created with the largest step, reserve at most a tenth of its values before
+/// the day starts; a node that then uses the day gets ranges that grow with its use, never past
+/// the row's capped step (1/100 of the width: 9,999).
+pub async fn sixty_nodes_preloading_a_day_reserve_at_most_a_tenth_of_it(
+    fixture: &dyn StoreFixture,
+) {
+    let store = fixture.store().await;
+    // 20 s before midnight in Shanghai: within the preload window of the next day.
+    let clock = ManualClock::new(SHANGHAI_MIDNIGHT_MS - 20_000);
+    let t = base(&namespace(), "budget");
+    let p = props(
+        Some(Reset::Day),
+        "Asia/Shanghai",
+        1,
+        "B{date:%Y%m%d}{seq:06}",
+    );
+    let nodes: Vec<BusinessTags> = (0..60).map(|_| node(Arc::clone(&store), &clock)).collect();
+    nodes[0]
+        .create(&t, 1_000_000, p)
+        .await
+        .expect("create the business tag");
+    for n in &nodes {
+        take(n, &t, 1).await;
+    }
+    let tomorrow = Tag::new(format!("{t}@20261127")).expect("row name");
+    let loaded = |n: &BusinessTags| {
+        n.allocator()
+            .snapshot()
+            .iter()
+            .any(|s| s.tag == tomorrow && s.initialized)
+    };
+    let mut waited = Duration::ZERO;
+    while !nodes.iter().all(loaded) {
+        let done = nodes.iter().filter(|n| loaded(n)).count();
+        assert!(
+            waited < Duration::from_secs(30),
+            "{done} of 60 nodes preloaded {tomorrow}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += Duration::from_millis(20);
+    }
+    let row = store.get(&tomorrow).await.expect("get").expect("the row");
+    let reserved = row.max_id - 1;
+    assert!(
+        reserved <= 100_000,
+        "60 nodes reserved {reserved} of the 1,000,000 values of {tomorrow} before it started"
+    );
+
+    // The day starts: one node's reservations grow as it uses it, up to the capped step.
+    clock.set_ms(SHANGHAI_MIDNIGHT_MS);
+    let mut issued = HashSet::new();
+    for _ in 0..30 {
+        for id in take(&nodes[0], &t, 1000).await {
+            assert!(issued.insert(id.clone()), "{id} issued twice");
+        }
+    }
+    let steps: Vec<i64> = nodes[0]
+        .allocator()
+        .snapshot()
+        .iter()
+        .filter(|s| s.tag == tomorrow)
+        .map(|s| s.step)
+        .collect();
+    assert_eq!(steps, [9_999], "the capped step, reached by growing");
+    let row = store.get(&tomorrow).await.expect("get").expect("the row");
+    assert_eq!(row.step, 9_999, "the row's capped step");
 }

@@ -75,16 +75,20 @@ impl Inner {
     /// One allocation from the store, installed on success.
     async fn load_once(&self, entry: &TagEntry) -> Result<()> {
         let started = self.clock.monotonic();
+        let rule = self.step_rule();
         let step = {
             let s = entry.lock();
-            s.last_load_at.map(|at| {
-                next_step(
-                    s.step,
-                    s.stored_step,
-                    started.saturating_sub(at),
-                    &self.config,
-                )
-            })
+            match rule {
+                Some(rule) => rule.step(&entry.tag, s.last_load_at.map(|_| s.step)),
+                None => s.last_load_at.map(|at| {
+                    next_step(
+                        s.step,
+                        s.stored_step,
+                        started.saturating_sub(at),
+                        &self.config,
+                    )
+                }),
+            }
         };
         let result = self
             .store

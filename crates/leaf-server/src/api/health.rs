@@ -66,7 +66,14 @@ pub(super) async fn metrics(_: MetricsAccess, State(state): State<AppState>) -> 
             "gauge",
         );
         out.sample("leaf_segment_ready", &[], f64::from(u8::from(s.is_ready())));
-        let snaps = s.allocator().snapshot();
+        // A business tag's rows are its own allocator's; a base asked for by name before its
+        // definition was known may sit in the plain cache until the next refresh.
+        let snaps: Vec<_> = s
+            .allocator()
+            .snapshot()
+            .into_iter()
+            .filter(|t| !s.business().owns(t.tag.as_str()))
+            .collect();
         out.family(
             "leaf_segment_loaded",
             "A tag holds a segment (0: known, never used since start-up)",
@@ -98,17 +105,20 @@ pub(super) async fn metrics(_: MetricsAccess, State(state): State<AppState>) -> 
             "Segment loads, by tag and result",
             "counter",
         );
-        for t in &snaps {
-            let tag = t.tag.as_str();
+        let plain = snaps
+            .iter()
+            .map(|t| (t.tag.clone(), t.loads_ok, t.loads_failed));
+        for (tag, ok, failed) in plain.chain(state.metrics().business_loads()) {
+            let tag = tag.as_str();
             out.sample(
                 "leaf_segment_loads_total",
                 &[("tag", tag), ("result", "ok")],
-                t.loads_ok as f64,
+                ok as f64,
             );
             out.sample(
                 "leaf_segment_loads_total",
                 &[("tag", tag), ("result", "error")],
-                t.loads_failed as f64,
+                failed as f64,
             );
         }
         out.family(

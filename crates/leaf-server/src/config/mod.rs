@@ -601,6 +601,10 @@ mod tests {
             "server.max_header_bytes",
         );
         check("[segment]\nseed_tags = [\"a/b\"]\n", "segment.seed_tags");
+        check(
+            "[segment]\nseed_tags = [\"a\", \"a@\"]\n",
+            "segment.seed_tags",
+        );
     }
 
     #[cfg(feature = "etcd")]

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leaf_core::{Error, Result, Tag};
+use leaf_core::{Error, NewTag, Result, Tag};
 use leaf_segment::SegmentConfig;
 use serde::{Deserialize, Serialize};
 
@@ -127,12 +127,17 @@ impl SegmentSection {
         Ok(set)
     }
 
-    /// The seed tags, validated.
-    pub fn seed_tags(&self) -> Result<Vec<Tag>> {
+    /// The seed tags as rows to create, checked as `POST /v1/tags` checks a plain tag (a
+    /// name of a business row's shape is refused).
+    pub fn seed_tags(&self) -> Result<Vec<NewTag>> {
         self.seed_tags
             .iter()
             .map(|t| {
-                Tag::new(t).map_err(|e| Error::Config(format!("segment.seed_tags: {t:?}: {e}")))
+                let new = Tag::new(t).map(NewTag::new).and_then(|new| {
+                    leaf_format::check_new_plain(&new)?;
+                    Ok(new)
+                });
+                new.map_err(|e| Error::Config(format!("segment.seed_tags: {t:?}: {e}")))
             })
             .collect()
     }
