@@ -14,7 +14,8 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{Error, NodeIdentity, Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
+pub use crate::PeerDirectory;
+use crate::{Error, Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
 
 /// A backend crate's descriptor: a unit type the server names once. See the module docs.
 #[async_trait]
@@ -84,16 +85,4 @@ impl Registry {
             peers: None,
         }
     }
-}
-
-/// A registry that lists the running nodes of its leaf name, for the server's start-up peer
-/// clock check: the ZooKeeper modes, with Leaf's `temporary` nodes.
-#[async_trait]
-pub trait PeerDirectory: Send + Sync {
-    /// The `ip:port` of every other running node.
-    async fn peers(&self) -> Result<Vec<String>>;
-    /// Lists this node for the others (once its clock passed the check).
-    async fn register(&self, identity: &NodeIdentity) -> Result<()>;
-    /// How far this node's clock may be from its peers' average, in milliseconds.
-    fn max_skew_ms(&self) -> u64;
 }

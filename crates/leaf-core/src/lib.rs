@@ -20,8 +20,8 @@ pub use error::{Error, Result, check_bounds};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS, format_utc_ms, utc_parts};
 pub use redact::redact_url;
 pub use registry::{
-    AcquireRequest, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity, RegistryCapabilities,
-    Renewal, WorkerIdRegistry, min_lease_ttl,
+    AcquireRequest, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity, PeerDirectory,
+    RegistryCapabilities, Renewal, WorkerIdRegistry, min_lease_ttl,
 };
 pub use store::{
     Allocation, DEFAULT_STEP, MAX_DESCRIPTION_CHARS, MAX_STEP, NewTag, SegmentStore,

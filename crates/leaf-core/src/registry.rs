@@ -296,3 +296,15 @@ pub trait WorkerIdRegistry: Send + Sync + Debug {
     /// works. A recycling registry's server-side claim simply expires.
     async fn abandon(&self, lease: &Lease);
 }
+
+/// A registry that lists the running nodes of its leaf name, for the start-up peer clock
+/// check (`leaf_snowflake::peers`): the ZooKeeper modes, with Leaf's `temporary` nodes.
+#[async_trait]
+pub trait PeerDirectory: Send + Sync {
+    /// The `ip:port` of every other running node.
+    async fn peers(&self) -> Result<Vec<String>>;
+    /// Lists this node for the others (once its clock passed the check).
+    async fn register(&self, identity: &NodeIdentity) -> Result<()>;
+    /// How far this node's clock may be from its peers' average, in milliseconds.
+    fn max_skew_ms(&self) -> u64;
+}

@@ -4,6 +4,7 @@
 mod allocator;
 mod arena;
 mod config;
+mod deferred;
 mod entry;
 mod handle;
 mod next_id;
@@ -11,9 +12,11 @@ mod snapshot;
 mod step;
 mod tags;
 mod usage;
+pub mod warm;
 
 pub use allocator::SegmentAllocator;
 pub use config::SegmentConfig;
+pub use deferred::{Connect, DeferredStore};
 pub use handle::TagHandle;
 pub use snapshot::{LoadObserver, SegmentView, TagSnapshot};
 pub use step::StepRule;

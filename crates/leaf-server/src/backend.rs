@@ -15,7 +15,7 @@ use crate::config::tables::{alias_named, chosen, keyed, mode_config, store_confi
 
 /// Opens the segment store named by `segment.store`. A store that cannot be opened for a
 /// reason that may pass (a server down, a file locked by another program) is returned behind a
-/// [`DeferredStore`](crate::deferred::DeferredStore): segment mode starts not ready and its
+/// [`DeferredStore`](leaf_segment::DeferredStore): segment mode starts not ready and its
 /// start-up retries reach the store through it. Refused credentials, a corrupt file and the
 /// like still stop start-up.
 pub(crate) async fn segment_store(config: &Config) -> Result<Arc<dyn SegmentStore>> {
@@ -30,8 +30,8 @@ pub(crate) async fn segment_store(config: &Config) -> Result<Arc<dyn SegmentStor
         Err(e) if e.is_retryable() => {
             let kind = store.table();
             tracing::warn!(store = kind, error = %e, "the segment store cannot be opened yet; retrying");
-            let connect: crate::deferred::Connect = Box::new(connect);
-            let deferred = crate::deferred::DeferredStore::new(kind, caps, connect);
+            let connect: leaf_segment::Connect = Box::new(connect);
+            let deferred = leaf_segment::DeferredStore::new(kind, caps, connect);
             Ok(Arc::new(deferred))
         }
         Err(e) => Err(alias_named(keyed(&store, e), seg, &store)),

@@ -34,13 +34,12 @@ use crate::backend;
 use crate::config::{Config, Loaded, ServerConfig};
 use crate::grpc::{Grpc, is_grpc};
 use crate::identity;
-use crate::layout_record;
 use crate::metrics::Metrics;
 use crate::peer_clock;
 use crate::sniff::{Activity, InFlight, SniffTimeout};
 use crate::state::{AppState, LoadMetrics, SegmentService, SnowflakeService};
-use crate::warm;
 use crate::write_timeout::WriteTimeout;
+use leaf_segment::warm;
 
 /// How far back "recently used" reaches for the warm-restart list.
 const WARM_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -280,14 +279,18 @@ async fn start_snowflake(
 ) -> anyhow::Result<SnowflakeService> {
     // Before any worker id is claimed: a node restarted with another layout issues nothing.
     let layout = config.snowflake.layout()?;
-    layout_record::check_or_record(&config.snowflake.cache_dir, &config.name, &layout)?;
+    leaf_snowflake::layout_record::check_or_record(
+        &config.snowflake.cache_dir,
+        &config.name,
+        &layout,
+    )?;
     let identity = identity::node_identity(&config.snowflake, listen_port)?;
     let leaf_core::backend::Registry {
         worker: registry,
         peers,
     } = backend::registry(config).await?;
     if let Some(directory) = peers {
-        let checked = peer_clock::gate(
+        let checked = leaf_snowflake::peers::gate(
             directory.as_ref(),
             &identity,
             clock.as_ref(),

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use common::{Reply, Server, command, free_port, http, now_ms, wait_exit};
 use leaf_core::{Clock, ManualClock, SystemClock};
-use leaf_server::peer_clock::{self, PeerClock};
+use leaf_server::peer_clock;
+use leaf_snowflake::peers::PeerClock;
 
 const TAG: &str = "leaf-segment-test";
 
@@ -564,7 +565,7 @@ async fn a_node_on_the_peers_clock_passes_and_one_a_minute_ahead_is_refused() {
     let get = |p: String| peer_clock::http_time(p, PEER_TIMEOUT);
 
     // The same machine's clock: well within 5 s.
-    let r = peer_clock::check(&peers, &SystemClock::new(), 5000, get).await;
+    let r = leaf_snowflake::peers::check(&peers, &SystemClock::new(), 5000, get).await;
     match r {
         PeerClock::Agrees { skew_ms, peers: 1 } => assert!(skew_ms.abs() < 1000, "{skew_ms}"),
         other => panic!("{other:?}"),
@@ -572,7 +573,7 @@ async fn a_node_on_the_peers_clock_passes_and_one_a_minute_ahead_is_refused() {
 
     // A clock a minute ahead of the peer's.
     let ahead = ManualClock::new(SystemClock::new().now_ms() + 60_000);
-    let r = peer_clock::check(&peers, &ahead, 5000, get).await;
+    let r = leaf_snowflake::peers::check(&peers, &ahead, 5000, get).await;
     match &r {
         PeerClock::Off {
             skew_ms,
@@ -585,7 +586,7 @@ async fn a_node_on_the_peers_clock_passes_and_one_a_minute_ahead_is_refused() {
 
     // The peer gone: nobody to compare with, which passes.
     drop(server);
-    let r = peer_clock::check(&peers, &ahead, 5000, get).await;
+    let r = leaf_snowflake::peers::check(&peers, &ahead, 5000, get).await;
     assert_eq!(r, PeerClock::NoPeers { asked: 1 });
 }
 

@@ -3,6 +3,8 @@
 
 mod config;
 mod generator;
+pub mod layout_record;
+pub mod peers;
 mod status;
 
 pub use config::SnowflakeConfig;

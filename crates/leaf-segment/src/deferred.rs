@@ -15,13 +15,13 @@ use leaf_core::{
 use tokio::sync::OnceCell;
 
 /// Makes the real store; called again on every use until it succeeds once.
-pub(crate) type Connect = Box<
+pub type Connect = Box<
     dyn Fn() -> Pin<Box<dyn Future<Output = Result<Arc<dyn SegmentStore>>> + Send>> + Send + Sync,
 >;
 
 /// A store connected on first successful use. Until then every call fails with the error of its
 /// own connection attempt (retryable when the server is merely down).
-pub(crate) struct DeferredStore {
+pub struct DeferredStore {
     kind: &'static str,
     capabilities: StoreCapabilities,
     connect: Connect,
@@ -39,11 +39,7 @@ impl fmt::Debug for DeferredStore {
 
 impl DeferredStore {
     /// A store of `kind` with `capabilities` (those of the store `connect` makes).
-    pub(crate) fn new(
-        kind: &'static str,
-        capabilities: StoreCapabilities,
-        connect: Connect,
-    ) -> Self {
+    pub fn new(kind: &'static str, capabilities: StoreCapabilities, connect: Connect) -> Self {
         DeferredStore {
             kind,
             capabilities,
@@ -54,7 +50,7 @@ impl DeferredStore {
 
     /// Whether the real store has been made.
     #[cfg(test)]
-    pub(crate) fn is_connected(&self) -> bool {
+    fn is_connected(&self) -> bool {
         self.inner.initialized()
     }
 

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use leaf_core::{Error, Result, SnowflakeLayout};
 
 /// The record's path for `name` in `cache_dir`.
-pub(crate) fn path(cache_dir: &Path, name: &str) -> PathBuf {
+pub fn path(cache_dir: &Path, name: &str) -> PathBuf {
     cache_dir.join(format!("{name}.layout"))
 }
 
@@ -34,11 +34,7 @@ fn fields(layout: &SnowflakeLayout) -> [(&'static str, u64); 4] {
 /// Compares `layout` with the one recorded in `cache_dir`, recording it when there is none.
 /// `Config` naming each key that differs when the record holds another layout, or when the
 /// record cannot be read as one; `Backend` when the file cannot be read or written.
-pub(crate) fn check_or_record(
-    cache_dir: &Path,
-    name: &str,
-    layout: &SnowflakeLayout,
-) -> Result<()> {
+pub fn check_or_record(cache_dir: &Path, name: &str, layout: &SnowflakeLayout) -> Result<()> {
     let file = path(cache_dir, name);
     match fs::read_to_string(&file) {
         Ok(text) => compare(&file, &text, layout),

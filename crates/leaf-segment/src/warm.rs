@@ -1,6 +1,9 @@
-//! Warm restart: at graceful shutdown the tags used in the last 24 hours are written to the cache
-//! directory; at start-up they are loaded in the background, so that the first request after a
-//! restart does not wait on the store.
+//! Warm restart: at graceful shutdown the tags used lately (the server: in the last 24 hours,
+//! [`SegmentAllocator::recently_used`](crate::SegmentAllocator::recently_used)) are written to a file in the
+//! cache directory; at start-up they are loaded in the background
+//! ([`SegmentAllocator::warm`](crate::SegmentAllocator::warm)), so that the first request after
+//! a restart does not wait on the store. The file is this crate's only I/O, in a directory of
+//! the caller's choosing.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -9,13 +12,13 @@ use std::path::{Path, PathBuf};
 use leaf_core::Tag;
 
 /// The file holding the tags, one per line (tags hold no control characters).
-pub(crate) fn path(cache_dir: &Path, name: &str) -> PathBuf {
+pub fn path(cache_dir: &Path, name: &str) -> PathBuf {
     cache_dir.join(format!("{name}.segment-tags"))
 }
 
 /// The tags of the file; none if it is missing. Lines that are not valid tags are skipped with a
 /// warning: the list is only a hint.
-pub(crate) fn read(path: &Path) -> Vec<Tag> {
+pub fn read(path: &Path) -> Vec<Tag> {
     let text = match fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Vec::new(),
@@ -37,7 +40,7 @@ pub(crate) fn read(path: &Path) -> Vec<Tag> {
 }
 
 /// Replaces the file with `tags`: written to a temporary file, synced, renamed.
-pub(crate) fn write(path: &Path, tags: &[Tag]) -> io::Result<()> {
+pub fn write(path: &Path, tags: &[Tag]) -> io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir)?;
     }
