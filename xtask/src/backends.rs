@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use crate::testbed::images::{ETCD, ImageSpec, MARIADB, POSTGRES, REDIS, ZOOKEEPER};
+use crate::vars;
 
 /// One backend.
 pub(crate) struct Backend {
@@ -115,8 +116,8 @@ pub(crate) const BACKENDS: &[Backend] = &[
             },
         ],
         server: Some(Server {
-            url_var: "LEAFTEST_MYSQL_URL",
-            image_var: "LEAFTEST_MYSQL_IMAGE",
+            url_var: vars::MYSQL_URL,
+            image_var: vars::MYSQL_IMAGE,
             image: "leaf-testbed/mariadb:local",
             spec: &MARIADB,
         }),
@@ -128,7 +129,7 @@ pub(crate) const BACKENDS: &[Backend] = &[
                     vec![],
                 )
             },
-            check_url: |url| sql_url(url, "mysql", 3306, "LEAFTEST_MYSQL_URL"),
+            check_url: |url| sql_url(url, "mysql", 3306, vars::MYSQL_URL),
             // The database is made with the image's own client, which also tells when the
             // server accepts connections over TCP (the initialisation runs without networking).
             ready: |id, _| {
@@ -155,8 +156,8 @@ pub(crate) const BACKENDS: &[Backend] = &[
             with("leaf-server", "postgres"),
         ],
         server: Some(Server {
-            url_var: "LEAFTEST_POSTGRES_URL",
-            image_var: "LEAFTEST_POSTGRES_IMAGE",
+            url_var: vars::POSTGRES_URL,
+            image_var: vars::POSTGRES_IMAGE,
             image: "leaf-testbed/postgres:local",
             spec: &POSTGRES,
         }),
@@ -170,7 +171,7 @@ pub(crate) const BACKENDS: &[Backend] = &[
                 ];
                 (env_args(&vars), vec![])
             },
-            check_url: |url| sql_url(url, "postgres", 5432, "LEAFTEST_POSTGRES_URL"),
+            check_url: |url| sql_url(url, "postgres", 5432, vars::POSTGRES_URL),
             // Over TCP, as the store connects: the image's initialisation runs a server
             // without networking first.
             ready: |id, _| {
@@ -211,8 +212,8 @@ pub(crate) const BACKENDS: &[Backend] = &[
             with("leaf-server", "zk-normal,zk-recycle"),
         ],
         server: Some(Server {
-            url_var: "LEAFTEST_ZK_URL",
-            image_var: "LEAFTEST_ZK_IMAGE",
+            url_var: vars::ZK_URL,
+            image_var: vars::ZK_IMAGE,
             image: "leaf-testbed/zookeeper:local",
             spec: &ZOOKEEPER,
         }),
@@ -227,8 +228,8 @@ pub(crate) const BACKENDS: &[Backend] = &[
             with("leaf-server", "redis"),
         ],
         server: Some(Server {
-            url_var: "LEAFTEST_REDIS_URL",
-            image_var: "LEAFTEST_REDIS_IMAGE",
+            url_var: vars::REDIS_URL,
+            image_var: vars::REDIS_IMAGE,
             image: "leaf-testbed/redis:local",
             spec: &REDIS,
         }),
@@ -240,14 +241,7 @@ pub(crate) const BACKENDS: &[Backend] = &[
                 let args = ["--appendonly", "yes", "--appendfsync", "always"];
                 (vec![], args.map(String::from).to_vec())
             },
-            check_url: |url| {
-                scheme(
-                    url,
-                    "redis://",
-                    "LEAFTEST_REDIS_URL",
-                    "redis://127.0.0.1:6379",
-                )
-            },
+            check_url: |url| scheme(url, "redis://", vars::REDIS_URL, "redis://127.0.0.1:6379"),
             // `+PONG` once the server has loaded its data (`-LOADING` before).
             ready: |_, port| redis_ping(port).is_ok(),
             url: |port| format!("redis://127.0.0.1:{port}"),
@@ -263,8 +257,8 @@ pub(crate) const BACKENDS: &[Backend] = &[
             with("leaf-server", "etcd"),
         ],
         server: Some(Server {
-            url_var: "LEAFTEST_ETCD_URL",
-            image_var: "LEAFTEST_ETCD_IMAGE",
+            url_var: vars::ETCD_URL,
+            image_var: vars::ETCD_IMAGE,
             image: "leaf-testbed/etcd:local",
             spec: &ETCD,
         }),
@@ -279,7 +273,7 @@ pub(crate) const BACKENDS: &[Backend] = &[
                 ];
                 (env_args(&vars), vec![])
             },
-            check_url: |url| scheme(url, "http://", "LEAFTEST_ETCD_URL", "http://127.0.0.1:2379"),
+            check_url: |url| scheme(url, "http://", vars::ETCD_URL, "http://127.0.0.1:2379"),
             // `{"health":"true"}` once the member has a leader.
             ready: |_, port| etcd_health(port).is_ok(),
             url: |port| format!("http://127.0.0.1:{port}"),
@@ -301,7 +295,7 @@ pub(crate) const CLUSTER: Run = Run {
 pub(crate) const CLUSTER_NEEDS: &[&str] = &["zk", "etcd"];
 
 /// The variable naming the leaf-server image of the cluster test.
-pub(crate) const SERVER_IMAGE_VAR: &str = "LEAFTEST_SERVER_IMAGE";
+pub(crate) const SERVER_IMAGE_VAR: &str = vars::SERVER_IMAGE;
 
 /// The backend named `name`.
 pub(crate) fn find(name: &str) -> Option<&'static Backend> {

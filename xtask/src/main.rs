@@ -20,6 +20,10 @@ mod disk;
 mod image;
 mod python;
 mod testbed;
+// The variables' names, shared with leaf-testkit's provisioning: one file, no dependency.
+#[path = "../../crates/leaf-testkit/src/vars.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod vars;
 
 /// The usage text; the backends' names come from [`backends::BACKENDS`].
 fn usage() -> String {

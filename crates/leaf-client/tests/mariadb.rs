@@ -14,12 +14,9 @@ use leaf_testkit::provision::{self, MysqlDatabase};
 
 /// `n` servers on a new database of the provisioned MariaDB (kept until the test ends).
 async fn on_mariadb(n: usize, extra: &[(&str, &str)]) -> (MysqlDatabase, Cluster) {
-    let db = provision::mysql_database().await.unwrap_or_else(|e| {
-        panic!(
-            "no MySQL server for the leaf-client tests: {e}\n\
-             (set LEAFTEST_MYSQL_URL, or LEAFTEST_MYSQL_IMAGE to an image Docker has)"
-        )
-    });
+    let db = provision::mysql_database()
+        .await
+        .unwrap_or_else(|e| panic!("no MySQL server for the leaf-client tests: {e}"));
     let store = [
         ("LEAF_SEGMENT__STORE", "mysql"),
         ("LEAF_SEGMENT__URL", db.url.as_str()),

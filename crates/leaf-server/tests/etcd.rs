@@ -23,12 +23,9 @@ const TAG: &str = "leaf-segment-test";
 const TTL_MS: &str = "4000";
 
 async fn namespace() -> EtcdNamespace {
-    provision::etcd_namespace().await.unwrap_or_else(|e| {
-        panic!(
-            "no etcd for the leaf-server tests: {e}\n\
-             (set LEAFTEST_ETCD_URL, or LEAFTEST_ETCD_IMAGE to an image Docker has)"
-        )
-    })
+    provision::etcd_namespace()
+        .await
+        .unwrap_or_else(|e| panic!("no etcd for the leaf-server tests: {e}"))
 }
 
 /// A leaf name of the test's own: the segment store keeps a name's tags under `/{name}/`.

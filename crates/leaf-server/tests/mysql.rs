@@ -30,12 +30,9 @@ use common::{Server, command, free_port, http};
 
 /// A database of one's own on the provisioned server; fails the test loudly without one.
 async fn database() -> (MysqlDatabase, MySqlPool) {
-    let db = provision::mysql_database().await.unwrap_or_else(|e| {
-        panic!(
-            "no MySQL server for the leaf-server tests: {e}\n\
-             (set LEAFTEST_MYSQL_URL, or LEAFTEST_MYSQL_IMAGE to an image Docker has)"
-        )
-    });
+    let db = provision::mysql_database()
+        .await
+        .unwrap_or_else(|e| panic!("no MySQL server for the leaf-server tests: {e}"));
     let root = MySqlPool::connect(&db.url)
         .await
         .unwrap_or_else(|e| panic!("connect to {db:?}: {e}"));

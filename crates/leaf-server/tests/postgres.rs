@@ -31,12 +31,9 @@ const TAG: &str = "leaf-segment-test";
 
 /// A database of one's own on the provisioned server; fails the test loudly without one.
 async fn database() -> (PostgresDatabase, PgPool) {
-    let db = provision::postgres_database().await.unwrap_or_else(|e| {
-        panic!(
-            "no PostgreSQL server for the leaf-server tests: {e}\n\
-             (set LEAFTEST_POSTGRES_URL, or LEAFTEST_POSTGRES_IMAGE to an image Docker has)"
-        )
-    });
+    let db = provision::postgres_database()
+        .await
+        .unwrap_or_else(|e| panic!("no PostgreSQL server for the leaf-server tests: {e}"));
     let root = PgPool::connect(&db.url)
         .await
         .unwrap_or_else(|e| panic!("connect to {db:?}: {e}"));

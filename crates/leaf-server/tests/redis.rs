@@ -24,12 +24,9 @@ const TAG: &str = "leaf-segment-test";
 const TTL_MS: &str = "4000";
 
 async fn namespace() -> RedisNamespace {
-    provision::redis_namespace().await.unwrap_or_else(|e| {
-        panic!(
-            "no Redis for the leaf-server tests: {e}\n\
-             (set LEAFTEST_REDIS_URL, or LEAFTEST_REDIS_IMAGE to an image Docker has)"
-        )
-    })
+    provision::redis_namespace()
+        .await
+        .unwrap_or_else(|e| panic!("no Redis for the leaf-server tests: {e}"))
 }
 
 /// Starts the binary with both modes on the Redis at `url` under `prefix`, its identity

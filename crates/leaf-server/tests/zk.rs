@@ -18,12 +18,9 @@ use leaf_testkit::provision::{self, ZkNamespace};
 use zookeeper_client as zk;
 
 async fn namespace() -> ZkNamespace {
-    provision::zk_namespace().await.unwrap_or_else(|e| {
-        panic!(
-            "no ZooKeeper for the leaf-server tests: {e}\n\
-             (set LEAFTEST_ZK_URL, or LEAFTEST_ZK_IMAGE to an image Docker has)"
-        )
-    })
+    provision::zk_namespace()
+        .await
+        .unwrap_or_else(|e| panic!("no ZooKeeper for the leaf-server tests: {e}"))
 }
 
 /// Starts the binary in `mode` on the test's root, its identity `127.0.0.1:{port}`, without

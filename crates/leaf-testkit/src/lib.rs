@@ -24,6 +24,7 @@ pub mod sql;
 #[cfg(feature = "provision")]
 pub mod sql_cases;
 pub mod store_cases;
+pub mod vars;
 
 pub use fixture::{RegistryFixture, StoreFixture};
 pub use memory::{MemoryFixture, MemoryStore};

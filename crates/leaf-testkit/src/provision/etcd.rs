@@ -18,8 +18,8 @@ use super::{
 /// endpoint's URL is a client URL, `http://127.0.0.1:PORT`.
 pub static ETCD: ServerKind = ServerKind {
     name: "etcd",
-    url_var: "LEAFTEST_ETCD_URL",
-    image_var: "LEAFTEST_ETCD_IMAGE",
+    url_var: crate::vars::ETCD_URL,
+    image_var: crate::vars::ETCD_IMAGE,
     default_image: "gcr.io/etcd-development/etcd:v3.5.17",
     port: CLIENT_PORT,
     // etcd reads its configuration from these variables, in the official image and in the

@@ -18,8 +18,8 @@ use super::{
 /// The leaf-server image.
 pub static LEAF_SERVER: ServerKind = ServerKind {
     name: "leaf-server",
-    url_var: "LEAFTEST_SERVER_URL",
-    image_var: "LEAFTEST_SERVER_IMAGE",
+    url_var: crate::vars::SERVER_URL,
+    image_var: crate::vars::SERVER_IMAGE,
     // Built here by `cargo xtask image`; no registry publishes it.
     default_image: "leaf-server:local",
     port: 8080,

@@ -230,8 +230,16 @@ pub async fn shared(kind: &'static ServerKind) -> Result<Endpoint, ProvisionErro
         .await;
     match r {
         Ok(s) => Ok(s.endpoint.clone()),
-        Err(e) => Err(ProvisionError(e.clone())),
+        Err(e) => Err(unprovisioned(kind, e)),
     }
+}
+
+/// Why no server of `kind` could be had, with what to set.
+fn unprovisioned(kind: &ServerKind, why: &str) -> ProvisionError {
+    ProvisionError(format!(
+        "{why}\n(set {}, or {} to an image Docker has)",
+        kind.url_var, kind.image_var
+    ))
 }
 
 /// A container of one's own, published on a fixed loopback port so that it keeps its address

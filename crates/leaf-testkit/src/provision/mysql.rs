@@ -9,8 +9,8 @@ use super::{Endpoint, ProvisionError, ServerKind, shared};
 /// `leaf-testbed/mariadb:local`), or the server of `LEAFTEST_MYSQL_URL`.
 pub static MYSQL: ServerKind = ServerKind {
     name: "mysql",
-    url_var: "LEAFTEST_MYSQL_URL",
-    image_var: "LEAFTEST_MYSQL_IMAGE",
+    url_var: crate::vars::MYSQL_URL,
+    image_var: crate::vars::MYSQL_IMAGE,
     default_image: "mariadb:11",
     port: 3306,
     env: &[("MARIADB_ROOT_PASSWORD", MYSQL_PASSWORD)],

@@ -10,8 +10,8 @@ use super::{Endpoint, ProvisionError, ServerKind, shared};
 /// (`postgres://user:password@host:5432`, a user allowed to create databases).
 pub static POSTGRES: ServerKind = ServerKind {
     name: "postgres",
-    url_var: "LEAFTEST_POSTGRES_URL",
-    image_var: "LEAFTEST_POSTGRES_IMAGE",
+    url_var: crate::vars::POSTGRES_URL,
+    image_var: crate::vars::POSTGRES_IMAGE,
     default_image: "postgres:16",
     port: 5432,
     env: &[("POSTGRES_PASSWORD", POSTGRES_PASSWORD)],

@@ -22,8 +22,8 @@ use super::{
 /// `shared`) to get the shared server with them.
 pub static REDIS: ServerKind = ServerKind {
     name: "redis",
-    url_var: "LEAFTEST_REDIS_URL",
-    image_var: "LEAFTEST_REDIS_IMAGE",
+    url_var: crate::vars::REDIS_URL,
+    image_var: crate::vars::REDIS_IMAGE,
     default_image: "redis:7",
     port: PORT,
     // Read by the testbed image's entrypoint; the official image takes the arguments only.
@@ -126,7 +126,7 @@ pub async fn redis_shared() -> Result<Endpoint, ProvisionError> {
             Ok(endpoint)
         })
         .await;
-    r.clone().map_err(ProvisionError)
+    r.clone().map_err(|e| super::unprovisioned(&REDIS, &e))
 }
 
 /// A Redis container of one's own, started with [`DURABLE_ARGS`], on a fixed loopback port so

@@ -18,8 +18,8 @@ use super::{
 /// endpoint's URL is a connect string, `127.0.0.1:PORT`.
 pub static ZOOKEEPER: ServerKind = ServerKind {
     name: "zk",
-    url_var: "LEAFTEST_ZK_URL",
-    image_var: "LEAFTEST_ZK_IMAGE",
+    url_var: crate::vars::ZK_URL,
+    image_var: crate::vars::ZK_IMAGE,
     default_image: "zookeeper:3.8",
     port: CLIENT_PORT,
     env: &[
