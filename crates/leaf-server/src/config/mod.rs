@@ -24,7 +24,6 @@ use sections::error_path;
 pub use sections::{Sections, in_section, read};
 pub use segment::{ALIASES, Alias, Range, SegmentSection};
 pub use snowflake::SnowflakeSection;
-pub use tables::ReadTables;
 
 use redact::redacted;
 
@@ -95,10 +94,6 @@ pub struct Config {
     pub segment: SegmentSection,
     /// Snowflake mode.
     pub snowflake: SnowflakeSection,
-    /// The chosen backends' tables as [`validate`](Config::validate) read them, kept for the
-    /// start (a table changed since is read again).
-    #[serde(skip)]
-    pub read: ReadTables,
 }
 
 impl Default for Config {
@@ -109,7 +104,6 @@ impl Default for Config {
             log: LogConfig::default(),
             segment: SegmentSection::default(),
             snowflake: SnowflakeSection::default(),
-            read: ReadTables::default(),
         }
     }
 }

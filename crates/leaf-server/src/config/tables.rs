@@ -1,11 +1,8 @@
 //! The backends' tables of a configuration: which backend `segment.store` and
 //! `snowflake.mode` choose, each table read into its backend's type (through
 //! `crate::backends`) and checked by the backend's rules, errors naming the server's keys. The
-//! chosen backends' tables are read once, when the configuration is checked, and kept with it
-//! for start-up.
-
-use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+//! check reads the chosen backends' tables, and start-up reads them again into the typed values
+//! it opens the backends with; a configuration keeps no reading of its own.
 
 use figment::value::{Dict, Value};
 use leaf_core::{Error, Result};
@@ -268,106 +265,48 @@ pub(crate) fn alias_named(e: Error, seg: &SegmentSection, store: &Choice) -> Err
     }
 }
 
-/// The chosen store (built) and its configuration: read (aliases included) and validated, or
-/// the value read when the configuration was checked, if its table has not changed since.
+/// The chosen store (built) and its configuration, read (aliases included) into its type and
+/// validated: what the composition owns once it opened the store.
 pub(crate) fn store_config(config: &Config) -> Result<(Choice, Typed)> {
     let store = store_choice(config)?;
     let (_, value) = store_table(config).map_err(|e| alias_named(e, &config.segment, &store))?;
-    let typed = config
-        .read
-        .get_or_read(store.path, &value, || read_table(Some(&value), &store))
-        .map_err(|e| alias_named(e, &config.segment, &store))?;
+    let typed =
+        read_table(Some(&value), &store).map_err(|e| alias_named(e, &config.segment, &store))?;
     Ok((store, typed))
 }
 
-/// The chosen mode (built) and its configuration from `[snowflake.<table>]`, validated, or
-/// the value read when the configuration was checked, if its table has not changed since.
+/// The chosen mode (built) and its configuration from `[snowflake.<table>]`, read into its
+/// type and validated.
 pub(crate) fn mode_config(config: &Config) -> Result<(Choice, Typed)> {
     let mode = mode_choice(config)?;
     let (_, value) = mode_table(config)?;
-    let typed = config
-        .read
-        .get_or_read(mode.path, &value, || read_table(Some(&value), &mode))?;
+    let typed = read_table(Some(&value), &mode)?;
     Ok((mode, typed))
-}
-
-/// The chosen backends' tables as read: the table's value and its typed configuration, by
-/// the table's path. A clone of a configuration shares it; it takes no part in equality.
-#[derive(Clone, Default)]
-pub struct ReadTables(Arc<Mutex<Vec<ReadTable>>>);
-
-/// A table's path, the value it was read from, and what was read.
-type ReadTable = (&'static str, Value, Typed);
-
-impl ReadTables {
-    /// The typed configuration of the table at `path` if it was read from `value`, else
-    /// `read()`'s, kept.
-    fn get_or_read(
-        &self,
-        path: &'static str,
-        value: &Value,
-        read: impl FnOnce() -> Result<Typed>,
-    ) -> Result<Typed> {
-        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, _, typed)) = kept.iter().find(|(p, v, _)| *p == path && v == value) {
-            return Ok(typed.clone());
-        }
-        let typed = read()?;
-        kept.retain(|(p, _, _)| *p != path);
-        kept.push((path, value.clone(), typed.clone()));
-        Ok(typed)
-    }
-
-    /// How many times tables were read, for the tests.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
-    }
-}
-
-impl PartialEq for ReadTables {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl fmt::Debug for ReadTables {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ReadTables")
-    }
 }
 
 #[cfg(all(test, feature = "sqlite", feature = "local"))]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
 
-    /// The check at load reads the chosen tables; the start uses what it read, the very value,
-    /// unless the table changed since.
+    /// The chosen tables read into their types, as the configuration says now.
     #[test]
-    fn the_chosen_tables_are_read_once() {
+    fn the_chosen_tables_are_read_into_their_types() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/leaf.db", dir.path().display());
         let mut c = Config::default();
         c.segment.stores.set("sqlite", "url", &url);
         c.snowflake.backends.set("local", "worker_id", 3);
         c.validate().unwrap();
-        assert_eq!(c.read.len(), 2, "the store's and the mode's");
-        let (_, store) = store_config(&c).unwrap();
-        let (_, mode) = mode_config(&c).unwrap();
-        // A clone (the server's start takes one) shares what was read.
-        let clone = c.clone();
-        assert!(Arc::ptr_eq(&store, &store_config(&clone).unwrap().1));
-        assert!(Arc::ptr_eq(&mode, &mode_config(&clone).unwrap().1));
-        // A table changed after the check is read again.
+        let (store, _) = store_config(&c).unwrap();
+        assert_eq!(store.path, "segment.sqlite");
+        let worker_id = |c: &Config| {
+            let (_, mode) = mode_config(c).unwrap();
+            mode.downcast_ref::<leaf_registry_local::LocalRegistryConfig>()
+                .unwrap()
+                .worker_id
+        };
+        assert_eq!(worker_id(&c), 3);
         c.snowflake.backends.set("local", "worker_id", 4);
-        let (_, again) = mode_config(&c).unwrap();
-        assert!(!Arc::ptr_eq(&mode, &again));
-        let worker_id = again
-            .downcast_ref::<leaf_registry_local::LocalRegistryConfig>()
-            .unwrap()
-            .worker_id;
-        assert_eq!(worker_id, 4);
+        assert_eq!(worker_id(&c), 4);
     }
 }
