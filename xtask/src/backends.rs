@@ -14,7 +14,7 @@ use crate::testbed::images::{ETCD, ImageSpec, MARIADB, POSTGRES, REDIS, ZOOKEEPE
 use crate::vars;
 
 /// One backend.
-pub(crate) struct Backend {
+pub(crate) struct BackendRow {
     /// Its name: `--backend`, `--stores`, `--store`, `cargo xtask testbed NAME`.
     pub(crate) name: &'static str,
     /// The test runs on its servers, each a crate with features and a test target: the backend
@@ -85,22 +85,22 @@ const fn with(package: &'static str, features: &'static str) -> Run {
 }
 
 /// Every backend.
-pub(crate) const BACKENDS: &[Backend] = &[
-    Backend {
+pub(crate) const BACKENDS: &[BackendRow] = &[
+    BackendRow {
         name: "sqlite",
         runs: &[run("leaf-registry-local")],
         server: None,
         alloc_bench: Some("leaf-registry-local"),
         bench: None,
     },
-    Backend {
+    BackendRow {
         name: "local",
         runs: &[run("leaf-registry-local")],
         server: None,
         alloc_bench: None,
         bench: None,
     },
-    Backend {
+    BackendRow {
         name: "mysql",
         runs: &[
             run("leaf-registry-mysql"),
@@ -147,7 +147,7 @@ pub(crate) const BACKENDS: &[Backend] = &[
             server_env: &[],
         }),
     },
-    Backend {
+    BackendRow {
         name: "postgres",
         runs: &[
             run("leaf-registry-postgres"),
@@ -198,7 +198,7 @@ pub(crate) const BACKENDS: &[Backend] = &[
             server_env: &[],
         }),
     },
-    Backend {
+    BackendRow {
         name: "zk",
         runs: &[
             // The ZooKeeper provisioning itself (shared server, dedicated server, ensemble).
@@ -220,7 +220,7 @@ pub(crate) const BACKENDS: &[Backend] = &[
         alloc_bench: None,
         bench: None,
     },
-    Backend {
+    BackendRow {
         name: "redis",
         runs: &[
             run("leaf-registry-redis"),
@@ -249,7 +249,7 @@ pub(crate) const BACKENDS: &[Backend] = &[
             server_env: &[("LEAF_SEGMENT__REDIS__KEY_PREFIX", BENCH_KEY_PREFIX)],
         }),
     },
-    Backend {
+    BackendRow {
         name: "etcd",
         runs: &[
             run("leaf-registry-etcd"),
@@ -298,12 +298,12 @@ pub(crate) const CLUSTER_NEEDS: &[&str] = &["zk", "etcd"];
 pub(crate) const SERVER_IMAGE_VAR: &str = vars::SERVER_IMAGE;
 
 /// The backend named `name`.
-pub(crate) fn find(name: &str) -> Option<&'static Backend> {
+pub(crate) fn find(name: &str) -> Option<&'static BackendRow> {
     BACKENDS.iter().find(|b| b.name == name)
 }
 
 /// The names of the backends that `has` picks, joined by `sep`.
-pub(crate) fn names(has: impl Fn(&Backend) -> bool, sep: &str) -> String {
+pub(crate) fn names(has: impl Fn(&BackendRow) -> bool, sep: &str) -> String {
     let names: Vec<&str> = BACKENDS.iter().filter(|b| has(b)).map(|b| b.name).collect();
     names.join(sep)
 }

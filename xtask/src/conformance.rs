@@ -18,7 +18,7 @@ use crate::testbed;
 /// One run of the suite: a backend's name, the variable naming its running server (if it has
 /// one), and one of its runs.
 #[derive(Clone, Copy)]
-pub(crate) struct Backend {
+pub(crate) struct Step {
     /// The name for `--backend`.
     name: &'static str,
     /// The variable naming an already running server, for backends with one.
@@ -28,15 +28,15 @@ pub(crate) struct Backend {
 
 /// Every run, from [`backends::BACKENDS`], then the cluster's; a run fails when its crate (or
 /// feature) is missing from the workspace.
-fn steps() -> Vec<Backend> {
+fn steps() -> Vec<Step> {
     let runs = backends::BACKENDS.iter().flat_map(|b| {
-        b.runs.iter().map(|run| Backend {
+        b.runs.iter().map(|run| Step {
             name: b.name,
             url_var: b.server.as_ref().map(|s| s.url_var),
             run: *run,
         })
     });
-    let cluster = Backend {
+    let cluster = Step {
         name: "cluster",
         url_var: None,
         run: backends::CLUSTER,
@@ -45,7 +45,7 @@ fn steps() -> Vec<Backend> {
 }
 
 /// Whether `b`'s crate is in the workspace and declares the features its run needs.
-fn available(root: &Path, b: &Backend) -> bool {
+fn available(root: &Path, b: &Step) -> bool {
     let manifest = root.join("crates").join(b.run.package).join("Cargo.toml");
     let Ok(text) = std::fs::read_to_string(manifest) else {
         return false;
@@ -112,7 +112,7 @@ pub(crate) fn run_and_keep_env(root: &Path, args: &[String]) -> Result<Vec<(Stri
             bail!("unknown backend {w:?}; known: {}", known.join(", "));
         }
     }
-    let selected: Vec<&Backend> = steps
+    let selected: Vec<&Step> = steps
         .iter()
         .filter(|b| wanted.is_empty() || wanted.iter().any(|w| w == b.name))
         .collect();
@@ -179,9 +179,9 @@ pub(crate) fn run_and_keep_env(root: &Path, args: &[String]) -> Result<Vec<(Stri
 /// whose `LEAFTEST_*_URL` is unset, its `LEAFTEST_*_IMAGE` (the local testbed image, built when
 /// missing, unless the caller set the variable). `cargo xtask ci` can run the workspace's tests
 /// with it too.
-pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(String, String)>> {
+pub(crate) fn server_env(root: &Path, selected: &[&Step]) -> Result<Vec<(String, String)>> {
     let mut env = Vec::new();
-    let needs_server = |b: &Backend| {
+    let needs_server = |b: &Step| {
         b.url_var
             .is_some_and(|v| std::env::var_os(v).is_none_or(|u| u.is_empty()))
     };
@@ -218,7 +218,7 @@ pub(crate) fn server_env(root: &Path, selected: &[&Backend]) -> Result<Vec<(Stri
 /// [`server_env`] for the backends named `names` (those without a server need nothing).
 pub(crate) fn server_env_for(root: &Path, names: &[&str]) -> Result<Vec<(String, String)>> {
     let steps = steps();
-    let selected: Vec<&Backend> = steps.iter().filter(|b| names.contains(&b.name)).collect();
+    let selected: Vec<&Step> = steps.iter().filter(|b| names.contains(&b.name)).collect();
     server_env(root, &selected)
 }
 
@@ -226,7 +226,7 @@ pub(crate) fn server_env_for(root: &Path, names: &[&str]) -> Result<Vec<(String,
 /// local testbed image, built when missing (or the reason it cannot be, with what to do).
 fn testbed_image(
     root: &Path,
-    backend: &backends::Backend,
+    backend: &backends::BackendRow,
     env: &mut Vec<(String, String)>,
 ) -> Result<()> {
     let Some(server) = &backend.server else {

@@ -1,10 +1,10 @@
-//! [`Backend`]: what a backend crate tells `leaf-server` to be composed with one line: the names
+//! [`Descriptor`]: what a backend crate tells `leaf-server` to be composed with one line: the names
 //! that choose it (`segment.store = "…"`, `snowflake.mode = "…"`), its table
 //! (`[segment.<table>]`, `[snowflake.<table>]`) and configuration type, how that is validated,
 //! and how its store and its workerId mode are opened. A crate with two modes on one table (the
 //! ZooKeeper modes) has one descriptor per mode.
 //!
-//! The server erases the type ([`Backend::Config`]) behind an object-safe twin of its own, so
+//! The server erases the type ([`Descriptor::Config`]) behind an object-safe twin of its own, so
 //! that the backends are a plain list of unit values, one `cfg`-gated line each.
 
 use std::path::Path;
@@ -19,7 +19,7 @@ use crate::{Error, Result, SegmentStore, StoreCapabilities, WorkerIdRegistry};
 
 /// A backend crate's descriptor: a unit type the server names once. See the module docs.
 #[async_trait]
-pub trait Backend: Send + Sync + 'static {
+pub trait Descriptor: Send + Sync + 'static {
     /// Its configuration: one table of the server's configuration, read with serde (unknown
     /// keys refused); its `Default` are the documented defaults and the keys a `LEAF_` variable
     /// may name.

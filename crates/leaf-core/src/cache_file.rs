@@ -383,10 +383,10 @@ pub(crate) fn cached_lease(
 }
 
 /// The record of `{dir}/{name}.properties`, read without locking anything: a cache file of an
-/// earlier version's name ([`WorkerIdBackend::legacy_cache_file_name`]). `None` when there is
+/// earlier version's name ([`WorkerIdClaims::legacy_cache_file_name`]). `None` when there is
 /// none or it cannot be read (logged: the start goes on without its mark).
 ///
-/// [`WorkerIdBackend::legacy_cache_file_name`]: crate::WorkerIdBackend::legacy_cache_file_name
+/// [`WorkerIdClaims::legacy_cache_file_name`]: crate::WorkerIdClaims::legacy_cache_file_name
 pub(crate) async fn read_legacy(dir: PathBuf, name: String) -> Option<CacheRecord> {
     let path = dir.join(format!("{name}.properties"));
     let read = blocking(move || match fs::read_to_string(&path) {

@@ -1,5 +1,5 @@
 //! [`CachedRegistry`]: the cache-file half of the lease contract, written once, around a
-//! [`WorkerIdBackend`] that talks to its server only.
+//! [`WorkerIdClaims`] that talks to its server only.
 //!
 //! Every workerId mode keeps the same local record: the cache directory locked while the node
 //! runs (a second process on it refuses to start), the worker id and its time mark read at
@@ -29,7 +29,7 @@ pub enum ClaimError {
     /// No connection to the server could be made (refused, timed out, no route, a name that
     /// does not resolve). The only failure after which a non-recycling mode may start from its
     /// cache file (Leaf's weak dependency on its server), and only if the backend agrees
-    /// ([`WorkerIdBackend::resume_offline`]).
+    /// ([`WorkerIdClaims::resume_offline`]).
     Unreachable(Error),
     /// Anything else: the server was reached and the claim failed there (a lock another
     /// session holds, a wait that ran out, a refused query), or it was refused before any
@@ -76,7 +76,7 @@ impl fmt::Display for ClaimError {
 /// highest), conditional writes are conditioned on something that changes at every claim, and
 /// every call is bounded in time.
 #[async_trait]
-pub trait WorkerIdBackend: Send + Sync + fmt::Debug {
+pub trait WorkerIdClaims: Send + Sync + fmt::Debug {
     /// The workerId mode, as configured (`local`, `zk_normal`, ...).
     fn mode(&self) -> &'static str;
 
@@ -156,7 +156,7 @@ pub trait WorkerIdBackend: Send + Sync + fmt::Debug {
     }
 }
 
-/// A [`WorkerIdRegistry`] made of a [`WorkerIdBackend`] and the worker-id cache file in
+/// A [`WorkerIdRegistry`] made of a [`WorkerIdClaims`] and the worker-id cache file in
 /// `cache_dir`; see the module docs.
 pub struct CachedRegistry<B> {
     backend: B,
@@ -166,7 +166,7 @@ pub struct CachedRegistry<B> {
     held: HeldCache,
 }
 
-impl<B: WorkerIdBackend> CachedRegistry<B> {
+impl<B: WorkerIdClaims> CachedRegistry<B> {
     /// `backend` with its cache file in `cache_dir`. Nothing is touched before the first
     /// [`acquire`](WorkerIdRegistry::acquire).
     pub fn new(backend: B, cache_dir: impl Into<PathBuf>) -> Self {
@@ -195,7 +195,7 @@ impl<B: WorkerIdBackend> CachedRegistry<B> {
     }
 }
 
-impl<B: WorkerIdBackend> fmt::Debug for CachedRegistry<B> {
+impl<B: WorkerIdClaims> fmt::Debug for CachedRegistry<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CachedRegistry")
             .field("backend", &self.backend)
@@ -205,7 +205,7 @@ impl<B: WorkerIdBackend> fmt::Debug for CachedRegistry<B> {
 }
 
 #[async_trait]
-impl<B: WorkerIdBackend> WorkerIdRegistry for CachedRegistry<B> {
+impl<B: WorkerIdClaims> WorkerIdRegistry for CachedRegistry<B> {
     fn mode(&self) -> &'static str {
         self.backend.mode()
     }
@@ -365,7 +365,7 @@ mod tests {
     }
 
     #[async_trait]
-    impl WorkerIdBackend for Fake {
+    impl WorkerIdClaims for Fake {
         fn mode(&self) -> &'static str {
             "fake"
         }

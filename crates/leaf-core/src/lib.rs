@@ -14,7 +14,7 @@ mod store;
 mod tag;
 
 pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord};
-pub use cached::{CachedRegistry, ClaimError, WorkerIdBackend};
+pub use cached::{CachedRegistry, ClaimError, WorkerIdClaims};
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, bounded};
 pub use error::{Error, Result, check_bounds};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS, format_utc_ms, utc_parts};

@@ -8,14 +8,14 @@ mod registry;
 mod store;
 
 pub use config::EtcdConfig;
-pub use registry::{EtcdBackend, EtcdRegistry};
+pub use registry::{EtcdClaims, EtcdRegistry};
 pub use store::EtcdStore;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use leaf_core::backend::{Backend, Registry};
+use leaf_core::backend::{Descriptor, Registry};
 use leaf_core::{Result, SegmentStore, StoreCapabilities};
 
 /// etcd's store and workerId mode (`segment.store = "etcd"`, `snowflake.mode = "etcd"`,
@@ -24,7 +24,7 @@ use leaf_core::{Result, SegmentStore, StoreCapabilities};
 pub struct Etcd;
 
 #[async_trait]
-impl Backend for Etcd {
+impl Descriptor for Etcd {
     type Config = EtcdConfig;
     const TABLE: &'static str = "etcd";
     const STORE: Option<&'static str> = Some("etcd");
@@ -50,7 +50,7 @@ impl Backend for Etcd {
     /// The registry on the cluster of `config`, its cache file in `cache_dir`. Nothing is
     /// contacted before its first `acquire`.
     fn open_registry(config: &EtcdConfig, cache_dir: &Path, name: &str) -> Result<Registry> {
-        let registry = EtcdBackend::connect(config, name)?.registry(cache_dir);
+        let registry = EtcdClaims::connect(config, name)?.registry(cache_dir);
         Ok(Registry::without_peers(Arc::new(registry)))
     }
 }

@@ -1,4 +1,4 @@
-//! `EtcdBackend`: the `etcd` workerId mode. Worker ids are claimed under an etcd lease, kept
+//! `EtcdClaims`: the `etcd` workerId mode. Worker ids are claimed under an etcd lease, kept
 //! by renewals, recycled by etcd when a lease expires; each id's mark outlives its leases.
 //! [`EtcdRegistry`] is it with the worker-id cache file.
 
@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use leaf_core::{
     AcquireRequest, CachedRegistry, ClaimError, Error, Lease, LeaseToken, RegistryCapabilities,
-    Renewal, Result, WorkerIdBackend,
+    Renewal, Result, WorkerIdClaims,
 };
 use serde::Serialize;
 use tokio::sync::Mutex;
@@ -30,11 +30,11 @@ const CLAIM_LEASES: usize = 3;
 const MARK_WRITE_TRIES: usize = 3;
 
 /// The `etcd` workerId mode with the worker-id cache file: what the server runs.
-pub type EtcdRegistry = CachedRegistry<EtcdBackend>;
+pub type EtcdRegistry = CachedRegistry<EtcdClaims>;
 
 /// The etcd side of the `etcd` workerId mode; see the crate docs for the keys and the
 /// transactions.
-pub struct EtcdBackend {
+pub struct EtcdClaims {
     config: EtcdConfig,
     /// `{prefix}/{name}`.
     base: String,
@@ -77,9 +77,9 @@ struct Owner<'a> {
     mode: &'a str,
 }
 
-impl fmt::Debug for EtcdBackend {
+impl fmt::Debug for EtcdClaims {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdBackend")
+        f.debug_struct("EtcdClaims")
             .field("endpoints", &self.config.endpoints)
             .field("base", &self.base)
             .finish_non_exhaustive()
@@ -112,14 +112,14 @@ enum MarkWrite {
     Final,
 }
 
-impl EtcdBackend {
+impl EtcdClaims {
     /// The backend on the cluster of `config`, for the leaf name `name` (keys under
     /// `{prefix}/{name}/`). Nothing is contacted before the first claim, so this succeeds while
     /// etcd is down.
-    pub fn connect(config: &EtcdConfig, name: &str) -> Result<EtcdBackend> {
+    pub fn connect(config: &EtcdConfig, name: &str) -> Result<EtcdClaims> {
         config.validate()?;
         let base = config.base(name)?;
-        Ok(EtcdBackend {
+        Ok(EtcdClaims {
             config: config.clone(),
             base,
             // Per mode: a worker id cached by another mode must never serve a start here.
@@ -439,7 +439,7 @@ fn parse_mark(kvs: &[etcd_client::KeyValue], key: &str) -> Result<Option<u64>> {
 }
 
 #[async_trait]
-impl WorkerIdBackend for EtcdBackend {
+impl WorkerIdClaims for EtcdClaims {
     fn mode(&self) -> &'static str {
         "etcd"
     }
@@ -604,12 +604,12 @@ mod tests {
     use super::*;
     use leaf_core::{NodeIdentity, WorkerIdRegistry};
 
-    fn backend(ttl_ms: u64) -> EtcdBackend {
+    fn backend(ttl_ms: u64) -> EtcdClaims {
         let config = EtcdConfig {
             lease_ttl_ms: ttl_ms,
             ..EtcdConfig::default()
         };
-        EtcdBackend::connect(&config, "leaf").unwrap()
+        EtcdClaims::connect(&config, "leaf").unwrap()
     }
 
     #[test]
@@ -642,7 +642,7 @@ mod tests {
 
     #[test]
     fn bad_names_are_refused() {
-        let e = EtcdBackend::connect(&EtcdConfig::default(), "a/b").unwrap_err();
+        let e = EtcdClaims::connect(&EtcdConfig::default(), "a/b").unwrap_err();
         assert!(matches!(e, Error::Config(_)), "{e}");
     }
 }

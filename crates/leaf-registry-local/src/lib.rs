@@ -7,14 +7,14 @@ mod registry;
 mod store;
 
 pub use config::{LocalRegistryConfig, SqliteStoreConfig, WorkerIdFrom, hostname_ordinal};
-pub use registry::{LocalBackend, LocalRegistry};
+pub use registry::{LocalClaims, LocalRegistry};
 pub use store::{LEAF_ALLOC_DDL, SqliteStore};
 
 use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use leaf_core::backend::{Backend, Registry};
+use leaf_core::backend::{Descriptor, Registry};
 use leaf_core::{Result, SegmentStore, StoreCapabilities};
 
 /// The embedded SQLite segment store (`segment.store = "sqlite"`, `[segment.sqlite]`), for
@@ -23,7 +23,7 @@ use leaf_core::{Result, SegmentStore, StoreCapabilities};
 pub struct Sqlite;
 
 #[async_trait]
-impl Backend for Sqlite {
+impl Descriptor for Sqlite {
     type Config = SqliteStoreConfig;
     const TABLE: &'static str = "sqlite";
     const STORE: Option<&'static str> = Some("sqlite");
@@ -52,7 +52,7 @@ impl Backend for Sqlite {
 pub struct Local;
 
 #[async_trait]
-impl Backend for Local {
+impl Descriptor for Local {
     type Config = LocalRegistryConfig;
     const TABLE: &'static str = "local";
     const MODE: Option<&'static str> = Some("local");
@@ -68,7 +68,7 @@ impl Backend for Local {
         name: &str,
     ) -> Result<Registry> {
         config.validate()?;
-        let registry = LocalBackend::new(config.clone(), name).registry(cache_dir);
+        let registry = LocalClaims::new(config.clone(), name).registry(cache_dir);
         Ok(Registry::without_peers(Arc::new(registry)))
     }
 }

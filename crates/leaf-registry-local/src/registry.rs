@@ -1,4 +1,4 @@
-//! `LocalBackend`: the `local` workerId mode. The worker id comes from configuration; with the
+//! `LocalClaims`: the `local` workerId mode. The worker id comes from configuration; with the
 //! cache file ([`LocalRegistry`]) the time mark lives there, and the file keeps a second process
 //! off the same cache directory.
 
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use leaf_core::{
     AcquireRequest, CachedRegistry, ClaimError, Error, Lease, NodeIdentity, RegistryCapabilities,
-    Renewal, Result, WorkerIdBackend,
+    Renewal, Result, WorkerIdClaims,
 };
 
 use crate::config::{LocalRegistryConfig, WorkerIdFrom, hostname_ordinal};
@@ -15,21 +15,21 @@ use crate::config::{LocalRegistryConfig, WorkerIdFrom, hostname_ordinal};
 /// The `local` workerId mode with its cache file `{cache_dir}/worker-{name}.properties`: while a
 /// lease is held the file is open and its directory locked, so a second process started with
 /// the same `cache_dir` refuses to start.
-pub type LocalRegistry = CachedRegistry<LocalBackend>;
+pub type LocalRegistry = CachedRegistry<LocalClaims>;
 
 /// The `local` workerId mode: no shared registry, ids from `worker_id` or `work_id_map`; the
 /// time mark lives in the cache file only.
 #[derive(Debug)]
-pub struct LocalBackend {
+pub struct LocalClaims {
     config: LocalRegistryConfig,
     file_name: String,
 }
 
-impl LocalBackend {
+impl LocalClaims {
     /// The backend for the service `name` (Leaf's `leaf.name`), its cache file named
     /// `worker-{name}`.
     pub fn new(config: LocalRegistryConfig, name: &str) -> Self {
-        LocalBackend {
+        LocalClaims {
             config,
             file_name: format!("worker-{name}"),
         }
@@ -81,7 +81,7 @@ impl LocalBackend {
 }
 
 #[async_trait]
-impl WorkerIdBackend for LocalBackend {
+impl WorkerIdClaims for LocalClaims {
     fn mode(&self) -> &'static str {
         "local"
     }
@@ -120,7 +120,7 @@ impl WorkerIdBackend for LocalBackend {
     async fn abandon(&self, _lease: &Lease) {}
 }
 
-impl LocalBackend {
+impl LocalClaims {
     /// The configured id of `req.identity`, if it fits the layout.
     fn claimed_id(&self, req: &AcquireRequest) -> Result<u64> {
         let worker_id = self.worker_id_for(&req.identity)?;

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
-use leaf_registry_local::{LocalBackend, LocalRegistryConfig, SqliteStore};
+use leaf_registry_local::{LocalClaims, LocalRegistryConfig, SqliteStore};
 use leaf_testkit::fixture::NodeDirs;
 use leaf_testkit::{RegistryFixture, StoreFixture};
 use tempfile::TempDir;
@@ -102,7 +102,7 @@ impl LocalFixture {
             ..Default::default()
         };
         let node: Arc<dyn WorkerIdRegistry> =
-            Arc::new(LocalBackend::new(config, "leaf").registry(&dir));
+            Arc::new(LocalClaims::new(config, "leaf").registry(&dir));
         self.dirs.remember(&node, dir);
         node
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use leaf_core::{
     AcquireRequest, CacheFile, CacheRecord, Error, Lease, NodeIdentity, Renewal, WorkerIdRegistry,
 };
-use leaf_registry_local::{LocalBackend, LocalRegistry, LocalRegistryConfig, WorkerIdFrom};
+use leaf_registry_local::{LocalClaims, LocalRegistry, LocalRegistryConfig, WorkerIdFrom};
 
 fn req(ip: &str, port: u16, max_worker_id: u64) -> AcquireRequest {
     AcquireRequest::new(
@@ -20,7 +20,7 @@ fn req(ip: &str, port: u16, max_worker_id: u64) -> AcquireRequest {
 fn mapped(dir: &Path, entries: &[(&str, u64)]) -> LocalRegistry {
     let work_id_map: BTreeMap<String, u64> =
         entries.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    LocalBackend::new(
+    LocalClaims::new(
         LocalRegistryConfig {
             worker_id: 0,
             work_id_map,
@@ -32,7 +32,7 @@ fn mapped(dir: &Path, entries: &[(&str, u64)]) -> LocalRegistry {
 }
 
 fn fixed(dir: &Path, worker_id: u64) -> LocalRegistry {
-    LocalBackend::new(
+    LocalClaims::new(
         LocalRegistryConfig {
             worker_id,
             ..Default::default()
@@ -231,7 +231,7 @@ async fn the_cache_directory_is_locked_while_held_and_freed_by_release() {
 }
 
 fn from_hostname(dir: &Path, hostname: &str, offset: u64) -> LocalRegistry {
-    LocalBackend::new(
+    LocalClaims::new(
         LocalRegistryConfig {
             worker_id_from: WorkerIdFrom::HostnameOrdinal,
             worker_id_offset: offset,

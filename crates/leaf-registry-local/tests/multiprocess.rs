@@ -14,7 +14,7 @@ use leaf_core::{
     AcquireRequest, CacheFile, Error, NewTag, NodeIdentity, Renewal, SegmentStore, Tag,
     WorkerIdRegistry,
 };
-use leaf_registry_local::{LocalBackend, LocalRegistry, LocalRegistryConfig, SqliteStore};
+use leaf_registry_local::{LocalClaims, LocalRegistry, LocalRegistryConfig, SqliteStore};
 use leaf_testkit::store_cases::assert_disjoint_and_contiguous;
 
 const ALLOC_ENV: &str = "LEAFTEST_ALLOC_CHILD_DB";
@@ -56,7 +56,7 @@ fn request(worker_bits_max: u64) -> AcquireRequest {
 }
 
 fn registry(dir: &Path) -> LocalRegistry {
-    LocalBackend::new(
+    LocalClaims::new(
         LocalRegistryConfig {
             worker_id: 7,
             ..Default::default()

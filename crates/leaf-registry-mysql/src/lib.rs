@@ -43,8 +43,8 @@ pub type MysqlStore = leaf_sql::SqlStore<MysqlDialect>;
 ///
 /// While it holds its worker id the node holds the MySQL user lock
 /// `GET_LOCK('leaf_workerid:{db}/{ip:port}')` on a dedicated connection (the fork's table is
-/// unchanged) whose `wait_timeout` is set; the rest is `leaf_sql::SqlBackend`'s.
-pub type MysqlBackend = leaf_sql::SqlBackend<MysqlDialect>;
+/// unchanged) whose `wait_timeout` is set; the rest is `leaf_sql::SqlClaims`'s.
+pub type MysqlClaims = leaf_sql::SqlClaims<MysqlDialect>;
 
 /// The `mysql` workerId mode with the worker-id cache file: what the server runs.
 pub type MysqlRegistry = leaf_sql::SqlRegistry<MysqlDialect>;

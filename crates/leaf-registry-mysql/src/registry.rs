@@ -1,4 +1,4 @@
-//! MySQL's part of the `mysql` workerId mode (`leaf_sql::SqlBackend`): the fork's
+//! MySQL's part of the `mysql` workerId mode (`leaf_sql::SqlClaims`): the fork's
 //! `leaf_workerid_alloc` table and its statements, and the identity held with `GET_LOCK`.
 
 use std::time::Duration;

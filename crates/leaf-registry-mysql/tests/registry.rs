@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use leaf_core::{Error, NodeIdentity, Renewal, WorkerIdRegistry};
-use leaf_registry_local::{LocalBackend, LocalRegistryConfig};
+use leaf_registry_local::{LocalClaims, LocalRegistryConfig};
 use leaf_registry_mysql::LEAF_WORKERID_ALLOC_DDL;
 use leaf_testkit::RegistryFixture;
 use leaf_testkit::identity_cases::authority;
@@ -60,7 +60,7 @@ async fn the_fork_table_is_used_as_it_is() {
 async fn a_worker_id_cached_by_the_local_mode_never_serves_a_start_here() {
     let dir = tempfile::tempdir().unwrap();
     let identity = NodeIdentity::new("10.0.0.1", 8001);
-    let local = LocalBackend::new(
+    let local = LocalClaims::new(
         LocalRegistryConfig {
             worker_id: 7,
             ..LocalRegistryConfig::default()

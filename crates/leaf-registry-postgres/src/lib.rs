@@ -47,8 +47,8 @@ pub type PostgresStore = leaf_sql::SqlStore<PostgresDialect>;
 /// While it holds its worker id the node holds the session advisory lock
 /// `pg_try_advisory_lock(hashtextextended('leaf_workerid:{ip:port}', 0))` on a dedicated
 /// connection whose `idle_session_timeout` (PostgreSQL 14 and later) and TCP keepalives are
-/// set; the rest is `leaf_sql::SqlBackend`'s.
-pub type PostgresBackend = leaf_sql::SqlBackend<PostgresDialect>;
+/// set; the rest is `leaf_sql::SqlClaims`'s.
+pub type PostgresClaims = leaf_sql::SqlClaims<PostgresDialect>;
 
 /// The `postgres` workerId mode with the worker-id cache file: what the server runs.
 pub type PostgresRegistry = leaf_sql::SqlRegistry<PostgresDialect>;

@@ -1,4 +1,4 @@
-//! PostgreSQL's part of the `postgres` workerId mode (`leaf_sql::SqlBackend`): the fork's
+//! PostgreSQL's part of the `postgres` workerId mode (`leaf_sql::SqlClaims`): the fork's
 //! `leaf_workerid_alloc` table in PostgreSQL's types and its statements, and the identity held
 //! by a session advisory lock.
 

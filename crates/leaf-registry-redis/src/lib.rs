@@ -8,14 +8,14 @@ mod registry;
 mod store;
 
 pub use config::{RedisConfig, RedisRegistryConfig, RedisStoreConfig};
-pub use registry::{RedisBackend, RedisRegistry};
+pub use registry::{RedisClaims, RedisRegistry};
 pub use store::RedisStore;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use leaf_core::backend::{Backend, Registry};
+use leaf_core::backend::{Descriptor, Registry};
 use leaf_core::{Result, SegmentStore, StoreCapabilities};
 
 /// Redis's store and workerId mode (`segment.store = "redis"`, `snowflake.mode = "redis"`,
@@ -24,7 +24,7 @@ use leaf_core::{Result, SegmentStore, StoreCapabilities};
 pub struct Redis;
 
 #[async_trait]
-impl Backend for Redis {
+impl Descriptor for Redis {
     type Config = RedisConfig;
     const TABLE: &'static str = "redis";
     const STORE: Option<&'static str> = Some("redis");
@@ -50,7 +50,7 @@ impl Backend for Redis {
     /// The registry on the server of `config`, its cache file in `cache_dir`. Nothing is
     /// contacted before its first `acquire`.
     fn open_registry(config: &RedisConfig, cache_dir: &Path, name: &str) -> Result<Registry> {
-        let registry = RedisBackend::new(config, name)?.registry(cache_dir);
+        let registry = RedisClaims::new(config, name)?.registry(cache_dir);
         Ok(Registry::without_peers(Arc::new(registry)))
     }
 }

@@ -1,4 +1,4 @@
-//! `RedisBackend`: the `redis` workerId mode, a recycling pool of leased worker ids;
+//! `RedisClaims`: the `redis` workerId mode, a recycling pool of leased worker ids;
 //! [`RedisRegistry`] is it with the worker-id cache file.
 
 use std::fmt;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leaf_core::{
     AcquireRequest, CachedRegistry, ClaimError, Error, Lease, LeaseToken, RegistryCapabilities,
-    Renewal, Result, WorkerIdBackend,
+    Renewal, Result, WorkerIdClaims,
 };
 use redis::Script;
 use tokio::sync::Mutex;
@@ -72,11 +72,11 @@ return 1
 pub(crate) const MAX_POOL_ID: u64 = (1 << 14) - 1;
 
 /// The `redis` workerId mode with the worker-id cache file: what the server runs.
-pub type RedisRegistry = CachedRegistry<RedisBackend>;
+pub type RedisRegistry = CachedRegistry<RedisClaims>;
 
 /// The `redis` workerId mode: worker ids leased from a pool on Redis, recycled when their
 /// owner stops renewing (the lease key expires). See the crate docs for the keys and scripts.
-pub struct RedisBackend {
+pub struct RedisClaims {
     conn: Connection,
     /// `{key_prefix}:{name}`.
     prefix: String,
@@ -102,16 +102,16 @@ impl Held {
     }
 }
 
-impl fmt::Debug for RedisBackend {
+impl fmt::Debug for RedisClaims {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBackend")
+        f.debug_struct("RedisClaims")
             .field("url", &self.conn.config().redacted_url())
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
 }
 
-impl RedisBackend {
+impl RedisClaims {
     /// The backend on the server of `config`, for the leaf name `name` (keys under
     /// `{key_prefix}:{name}`). Nothing is contacted before the first claim, so this succeeds
     /// while Redis is down; the durability guard runs at the first connection (`Config` from
@@ -123,7 +123,7 @@ impl RedisBackend {
                 "the leaf name {name:?} must be non-empty, without whitespace or ':'"
             )));
         }
-        Ok(RedisBackend {
+        Ok(RedisClaims {
             conn,
             prefix: format!("{}:{name}", config.key_prefix),
             file_name: format!("worker-redis-{name}"),
@@ -194,7 +194,7 @@ fn new_token() -> LeaseToken {
 }
 
 #[async_trait]
-impl WorkerIdBackend for RedisBackend {
+impl WorkerIdClaims for RedisClaims {
     fn mode(&self) -> &'static str {
         "redis"
     }
@@ -348,8 +348,8 @@ mod tests {
     use super::*;
     use leaf_core::{NodeIdentity, WorkerIdRegistry};
 
-    fn backend() -> RedisBackend {
-        RedisBackend::new(&RedisRegistryConfig::default(), "leaf").unwrap()
+    fn backend() -> RedisClaims {
+        RedisClaims::new(&RedisRegistryConfig::default(), "leaf").unwrap()
     }
 
     #[test]
@@ -363,7 +363,7 @@ mod tests {
     fn names_are_one_key_segment() {
         let c = RedisRegistryConfig::default();
         for bad in ["", "a:b", "a b"] {
-            let e = RedisBackend::new(&c, bad).unwrap_err();
+            let e = RedisClaims::new(&c, bad).unwrap_err();
             assert!(matches!(e, Error::Config(_)), "{bad:?}: {e}");
         }
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{RegFix, StoreFix, config_of, namespace_on, now_ms, request};
 use leaf_core::{Error, NewTag, Renewal, SegmentStore, Tag, WorkerIdRegistry};
-use leaf_registry_redis::{RedisBackend, RedisConfig, RedisStore};
+use leaf_registry_redis::{RedisClaims, RedisConfig, RedisStore};
 use leaf_testkit::provision::{
     Dedicated, kill_server, redis_dedicated, redis_dedicated_with, redis_with_replica,
 };
@@ -51,7 +51,7 @@ async fn a_stopped_server_is_unavailable_and_serving_resumes_after_restart() {
     let t = new_tag(&store, "stop", 100).await;
     let before = store.allocate(&t, None).await.expect("allocate").range();
     let dir = tempfile::tempdir().unwrap();
-    let registry = RedisBackend::new(&config, "leaf")
+    let registry = RedisClaims::new(&config, "leaf")
         .map(|b| b.registry(dir.path().to_path_buf()))
         .unwrap();
     let lease = registry
@@ -187,7 +187,7 @@ async fn weak_durability_is_refused_unless_accepted() {
     assert!(msg.contains("accept_weak_durability"), "{msg}");
 
     let dir = tempfile::tempdir().unwrap();
-    let registry = RedisBackend::new(&config, "leaf")
+    let registry = RedisClaims::new(&config, "leaf")
         .map(|b| b.registry(dir.path().to_path_buf()))
         .unwrap();
     let e = registry
@@ -257,7 +257,7 @@ async fn a_renewal_after_expiry_and_reclaim_is_lease_lost() {
     }
     // A lower mark never lowers the stored one: sent straight to the backend (the registry's
     // cache-file half would raise it first), so that the renew script's guard decides.
-    let lower = leaf_core::WorkerIdBackend::renew(a.backend(), &lease, last - 2000).await;
+    let lower = leaf_core::WorkerIdClaims::renew(a.backend(), &lease, last - 2000).await;
     assert!(lower.expect("renew").is_ok());
     tokio::time::sleep(lease.ttl.unwrap() + Duration::from_millis(500)).await;
     let b = fix.registry();
@@ -405,7 +405,7 @@ async fn an_evicting_maxmemory_policy_is_refused_unless_accepted() {
     let t = new_tag(&store, "evicted", 10).await;
     store.allocate(&t, None).await.expect("allocate");
     let backend = |dir: &tempfile::TempDir| {
-        RedisBackend::new(&accepted, "leaf")
+        RedisClaims::new(&accepted, "leaf")
             .map(|b| b.registry(dir.path().to_path_buf()))
             .unwrap()
     };
@@ -448,7 +448,7 @@ async fn an_evicting_maxmemory_policy_is_refused_unless_accepted() {
     );
     assert!(msg.contains("accept_weak_durability"), "{msg}");
     let dir = tempfile::tempdir().unwrap();
-    let registry = RedisBackend::new(&config, "leaf")
+    let registry = RedisClaims::new(&config, "leaf")
         .map(|b| b.registry(dir.path().to_path_buf()))
         .unwrap();
     let e = registry
@@ -481,7 +481,7 @@ async fn an_evicting_policy_set_at_run_time_is_found_by_the_guard() {
         ..config_of(&ns)
     };
     let registry = |dir: &tempfile::TempDir| {
-        RedisBackend::new(&accepted, "leaf")
+        RedisClaims::new(&accepted, "leaf")
             .map(|b| b.registry(dir.path().to_path_buf()))
             .unwrap()
     };
@@ -575,7 +575,7 @@ async fn writes_not_acknowledged_by_the_replicas_are_unavailable() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let registry = RedisBackend::new(&waiting_config, "leaf")
+    let registry = RedisClaims::new(&waiting_config, "leaf")
         .map(|b| b.registry(dir.path().to_path_buf()))
         .unwrap();
     let e = registry
@@ -588,7 +588,7 @@ async fn writes_not_acknowledged_by_the_replicas_are_unavailable() {
     );
     // The unacknowledged claim was given back, not left to expire.
     let dir2 = tempfile::tempdir().unwrap();
-    let plain_registry = RedisBackend::new(&fix.config, "leaf")
+    let plain_registry = RedisClaims::new(&fix.config, "leaf")
         .map(|b| b.registry(dir2.path().to_path_buf()))
         .unwrap();
     let lease = plain_registry
@@ -717,7 +717,7 @@ async fn a_primary_with_a_replica_needs_wait_replicas_and_its_writes_are_on_it()
         "{e}"
     );
     let dir = tempfile::tempdir().unwrap();
-    let e = RedisBackend::new(&unacknowledged, "leaf")
+    let e = RedisClaims::new(&unacknowledged, "leaf")
         .map(|b| b.registry(dir.path().to_path_buf()))
         .unwrap()
         .acquire(&request(leaf_core::NodeIdentity::new("10.0.0.5", 1), 0))
@@ -762,7 +762,7 @@ async fn a_primary_with_a_replica_needs_wait_replicas_and_its_writes_are_on_it()
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let registry = RedisBackend::new(&config, "leaf")
+    let registry = RedisClaims::new(&config, "leaf")
         .map(|b| b.registry(dir.path().to_path_buf()))
         .unwrap();
     let lease = registry

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{RegFix, StoreFix, now_ms, request};
 use leaf_core::{
-    Error, NewTag, NodeIdentity, Renewal, SegmentStore, Tag, TagUpdate, WorkerIdBackend,
+    Error, NewTag, NodeIdentity, Renewal, SegmentStore, Tag, TagUpdate, WorkerIdClaims,
     WorkerIdRegistry,
 };
 
@@ -160,7 +160,7 @@ async fn a_claim_is_a_token_with_a_ttl_and_the_mark_only_rises_until_release() {
     assert_eq!(get(&mut c, &mark).await, Some(m.to_string()));
     // Straight to the backend: the registry's cache-file half would raise the mark first, and
     // the renew script's own guard (`>`) is what this checks.
-    let lower = WorkerIdBackend::renew(node.backend(), &lease, m - 1000).await;
+    let lower = WorkerIdClaims::renew(node.backend(), &lease, m - 1000).await;
     assert!(lower.unwrap().is_ok());
     assert_eq!(
         get(&mut c, &mark).await,

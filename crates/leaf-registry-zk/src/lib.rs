@@ -12,7 +12,7 @@ pub use config::ZkConfig;
 #[cfg(feature = "_test-hooks")]
 #[doc(hidden)]
 pub use registry::ReadClaim;
-pub use registry::{ZkBackend, ZkMode, ZkRegistry};
+pub use registry::{ZkClaims, ZkMode, ZkRegistry};
 #[cfg(feature = "_test-hooks")]
 #[doc(hidden)]
 pub use session::Pause;
@@ -21,14 +21,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use leaf_core::backend::{Backend, PeerDirectory, Registry};
+use leaf_core::backend::{Descriptor, PeerDirectory, Registry};
 use leaf_core::{NodeIdentity, Result};
 
 /// The registry of `mode` on the ensemble of `config`, its cache file in `cache_dir`, for the
 /// leaf name `name` (nodes under `{root}/{name}`), with its peer directory. Nothing is
 /// contacted before its first `acquire`.
 fn open(config: &ZkConfig, mode: ZkMode, cache_dir: &Path, name: &str) -> Result<Registry> {
-    let registry = Arc::new(ZkBackend::connect(config, mode, name)?.registry(cache_dir));
+    let registry = Arc::new(ZkClaims::connect(config, mode, name)?.registry(cache_dir));
     Ok(Registry {
         worker: registry.clone(),
         peers: Some(Arc::new(Peers(registry))),
@@ -46,7 +46,7 @@ pub struct ZkNormal;
 pub struct ZkRecycle;
 
 #[async_trait]
-impl Backend for ZkNormal {
+impl Descriptor for ZkNormal {
     type Config = ZkConfig;
     const TABLE: &'static str = "zk";
     const MODE: Option<&'static str> = Some("zk_normal");
@@ -61,7 +61,7 @@ impl Backend for ZkNormal {
 }
 
 #[async_trait]
-impl Backend for ZkRecycle {
+impl Descriptor for ZkRecycle {
     type Config = ZkConfig;
     const TABLE: &'static str = "zk";
     const MODE: Option<&'static str> = Some("zk_recycle");

@@ -1,4 +1,4 @@
-//! `ZkBackend`: the `zk_normal` and `zk_recycle` workerId modes and the `temporary` peer list;
+//! `ZkClaims`: the `zk_normal` and `zk_recycle` workerId modes and the `temporary` peer list;
 //! [`ZkRegistry`] is it with the worker-id cache file every registry keeps.
 
 use std::fmt;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leaf_core::{
     AcquireRequest, CachedRegistry, ClaimError, Clock, Lease, LeaseToken, NodeIdentity,
-    RegistryCapabilities, Renewal, Result, SystemClock, WorkerIdBackend,
+    RegistryCapabilities, Renewal, Result, SystemClock, WorkerIdClaims,
 };
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -25,7 +25,7 @@ use normal::write_forever;
 mod normal;
 mod recycling;
 
-/// Which of the two ZooKeeper workerId modes a [`ZkBackend`] runs.
+/// Which of the two ZooKeeper workerId modes a [`ZkClaims`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ZkMode {
     /// `zk_normal`: Leaf's `forever` nodes; an `ip:port` keeps its worker id for ever.
@@ -36,11 +36,11 @@ pub enum ZkMode {
 }
 
 /// The ZooKeeper workerId modes with the worker-id cache file: what the server runs.
-pub type ZkRegistry = CachedRegistry<ZkBackend>;
+pub type ZkRegistry = CachedRegistry<ZkClaims>;
 
 /// The ZooKeeper side of the two workerId modes; see the crate docs for the layout and the
-/// rules. [`ZkBackend::registry`] adds the cache file.
-pub struct ZkBackend {
+/// rules. [`ZkClaims::registry`] adds the cache file.
+pub struct ZkClaims {
     config: ZkConfig,
     mode: ZkMode,
     /// `{root}/{name}`.
@@ -52,7 +52,7 @@ pub struct ZkBackend {
     generation: AtomicU64,
     /// `zk_normal`: the last mark the `forever` node is known to hold (0: none yet).
     confirmed: Arc<AtomicU64>,
-    /// This node's `temporary` entry, left out of [`ZkBackend::peers`].
+    /// This node's `temporary` entry, left out of [`ZkClaims::peers`].
     temporary: StdMutex<Option<String>>,
     recycler: StdMutex<Option<JoinHandle<()>>>,
     clock: Arc<dyn Clock>,
@@ -119,7 +119,7 @@ struct RecycleHeld {
     owner: String,
 }
 
-/// Test hook: a `zk_recycle` claim read but not committed; see [`ZkBackend::read_claim`].
+/// Test hook: a `zk_recycle` claim read but not committed; see [`ZkClaims::read_claim`].
 #[cfg(feature = "_test-hooks")]
 #[doc(hidden)]
 #[derive(Debug)]
@@ -133,9 +133,9 @@ impl ReadClaim {
     }
 }
 
-impl fmt::Debug for ZkBackend {
+impl fmt::Debug for ZkClaims {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkBackend")
+        f.debug_struct("ZkClaims")
             .field("mode", &self.mode())
             .field("address", &self.config.address)
             .field("base", &self.base)
@@ -143,7 +143,7 @@ impl fmt::Debug for ZkBackend {
     }
 }
 
-impl Drop for ZkBackend {
+impl Drop for ZkClaims {
     fn drop(&mut self) {
         if let Some(task) = self.recycler.get_mut().ok().and_then(Option::take) {
             task.abort();
@@ -151,18 +151,18 @@ impl Drop for ZkBackend {
     }
 }
 
-impl ZkBackend {
+impl ZkClaims {
     /// The backend of `mode` on the ensemble of `config`, for the leaf name `name` (nodes under
     /// `{root}/{name}`). Nothing is contacted before the first claim, so this succeeds while
     /// ZooKeeper is down.
-    pub fn connect(config: &ZkConfig, mode: ZkMode, name: &str) -> Result<ZkBackend> {
+    pub fn connect(config: &ZkConfig, mode: ZkMode, name: &str) -> Result<ZkClaims> {
         config.validate()?;
         validate_name(name)?;
         let mode_name = match mode {
             ZkMode::Normal => "zk_normal",
             ZkMode::Recycle => "zk_recycle",
         };
-        Ok(ZkBackend {
+        Ok(ZkClaims {
             config: config.clone(),
             mode,
             base: format!("{}/{name}", config.root),
@@ -322,7 +322,7 @@ impl ZkBackend {
 }
 
 #[async_trait]
-impl WorkerIdBackend for ZkBackend {
+impl WorkerIdClaims for ZkClaims {
     fn mode(&self) -> &'static str {
         match self.mode {
             ZkMode::Normal => "zk_normal",

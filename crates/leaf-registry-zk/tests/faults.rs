@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{NAME, Proxy, ZkFix, now_ms, raw_client, request};
 use leaf_core::{Error, NodeIdentity, Renewal, WorkerIdRegistry};
-use leaf_registry_zk::{Pause, ZkBackend, ZkConfig, ZkMode, ZkRegistry};
+use leaf_registry_zk::{Pause, ZkClaims, ZkConfig, ZkMode, ZkRegistry};
 use zookeeper_client::{Acls, CreateMode};
 
 /// A registry of `mode` whose ZooKeeper address no server listens on.
@@ -24,7 +24,7 @@ fn unreachable(mode: ZkMode, dir: std::path::PathBuf) -> ZkRegistry {
         session_timeout_ms: 4000,
         ..ZkConfig::with_address(format!("127.0.0.1:{port}"))
     };
-    ZkBackend::connect(&config, mode, NAME)
+    ZkClaims::connect(&config, mode, NAME)
         .map(|b| b.registry(dir))
         .expect("connect contacts nothing")
 }
@@ -706,7 +706,7 @@ fn through(fix: &ZkFix, proxy: &Proxy, dir: std::path::PathBuf) -> ZkRegistry {
         address: proxy.address.clone(),
         ..fix.config.clone()
     };
-    ZkBackend::connect(&config, fix.mode, NAME)
+    ZkClaims::connect(&config, fix.mode, NAME)
         .map(|b| b.registry(dir))
         .unwrap()
 }
@@ -823,7 +823,7 @@ async fn a_second_process_whose_lock_wait_fails_never_starts_from_its_cache_file
             ..fix.config.clone()
         };
         std::sync::Arc::new(
-            ZkBackend::connect(&config, ZkMode::Normal, NAME)
+            ZkClaims::connect(&config, ZkMode::Normal, NAME)
                 .map(|b| b.registry(dir))
                 .expect("registry"),
         )

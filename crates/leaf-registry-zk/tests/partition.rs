@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{NAME, Proxy, ZkFix};
 use leaf_core::{NodeIdentity, SystemClock};
-use leaf_registry_zk::{ZkBackend, ZkConfig, ZkMode, ZkRegistry};
+use leaf_registry_zk::{ZkClaims, ZkConfig, ZkMode, ZkRegistry};
 use leaf_snowflake::{Snowflake, SnowflakeConfig};
 use leaf_testkit::identity_cases::{Issued, drive};
 
@@ -70,7 +70,7 @@ async fn partition(fence_on_disconnect: bool) -> Outcome {
             ..fix.config.clone()
         };
         Arc::new(
-            ZkBackend::connect(&config, ZkMode::Normal, NAME)
+            ZkClaims::connect(&config, ZkMode::Normal, NAME)
                 .map(|b| b.registry(fix.new_dir()))
                 .unwrap(),
         )
@@ -175,7 +175,7 @@ async fn with_fence_on_disconnect_a_node_resumes_once_zookeeper_confirms_its_loc
         ..fix.config.clone()
     };
     let registry = Arc::new(
-        ZkBackend::connect(&config, ZkMode::Normal, NAME)
+        ZkClaims::connect(&config, ZkMode::Normal, NAME)
             .map(|b| b.registry(fix.new_dir()))
             .unwrap(),
     );

@@ -1,6 +1,6 @@
 //! Every backend the server may compose, compiled in or not: one line each in [`BACKENDS`].
-//! A backend crate describes itself with `leaf_core::backend::Backend` (its names, its table
-//! and configuration type, its rules and constructors); [`DynBackend`] is that descriptor with
+//! A backend crate describes itself with `leaf_core::backend::Descriptor` (its names, its table
+//! and configuration type, its rules and constructors); [`DynDescriptor`] is that descriptor with
 //! the type erased, so that the list is a plain table of unit values. A line whose cargo
 //! feature is off keeps the backend's names and feature (a stub), so that asking for it fails
 //! start-up with a message naming the feature.
@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use figment::value::{Dict, Value};
-use leaf_core::backend::{Backend, Registry};
+use leaf_core::backend::{Descriptor, Registry};
 use leaf_core::{BoxFuture, Error, Result, SegmentStore, StoreCapabilities};
 
 /// A backend, compiled in or not. Built by the `backend!` macro from one line.
@@ -30,7 +30,7 @@ pub(crate) struct Entry {
     /// `segment.{table}` and `snowflake.{table}`.
     pub(crate) paths: (&'static str, &'static str),
     /// The descriptor, when compiled in.
-    pub(crate) imp: Option<&'static dyn DynBackend>,
+    pub(crate) imp: Option<&'static dyn DynDescriptor>,
 }
 
 /// One backend: `backend!("feature", store = "…"|-, mode = "…"|-, table = "…", Type)`.
@@ -95,7 +95,7 @@ impl Choice {
     }
 
     /// The descriptor, when compiled in.
-    pub(crate) fn imp(&self) -> Option<&'static dyn DynBackend> {
+    pub(crate) fn imp(&self) -> Option<&'static dyn DynDescriptor> {
         self.entry.imp
     }
 
@@ -175,8 +175,8 @@ pub(crate) enum ReadError {
     Invalid(Error),
 }
 
-/// `leaf_core::backend::Backend` with its configuration type erased.
-pub(crate) trait DynBackend: Sync {
+/// `leaf_core::backend::Descriptor` with its configuration type erased.
+pub(crate) trait DynDescriptor: Sync {
     /// The configuration's defaults, as the type serialises them.
     fn defaults(&self) -> Value;
     /// Keys only the workerId mode takes.
@@ -206,7 +206,7 @@ pub(crate) struct Erased<D>(pub(crate) PhantomData<fn() -> D>);
 
 /// The typed configuration inside `config`: read by the same descriptor, so always of its
 /// type.
-fn typed<D: Backend>(config: &Typed) -> Result<&D::Config> {
+fn typed<D: Descriptor>(config: &Typed) -> Result<&D::Config> {
     config.downcast_ref::<D::Config>().ok_or_else(|| {
         Error::Config(format!(
             "the configuration of {} is not of its type",
@@ -215,7 +215,7 @@ fn typed<D: Backend>(config: &Typed) -> Result<&D::Config> {
     })
 }
 
-impl<D: Backend> DynBackend for Erased<D> {
+impl<D: Descriptor> DynDescriptor for Erased<D> {
     fn defaults(&self) -> Value {
         Value::serialize(D::Config::default()).unwrap_or_else(|_| Value::from(Dict::new()))
     }

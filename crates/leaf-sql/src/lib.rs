@@ -16,7 +16,7 @@ pub use error::{
 };
 pub use inline::{Arg, inline};
 pub use queries::Queries;
-pub use registry::{RegistryDialect, SqlBackend, SqlRegistry, Transport, reachable};
+pub use registry::{RegistryDialect, SqlClaims, SqlRegistry, Transport, reachable};
 pub use rows::{not_found, record, records};
 pub use session_lock::{
     ConnectError, Held, HeldIdentity, IdentitySettings, Locking, MarkRow, MarkWrite, Proof,
@@ -29,7 +29,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use leaf_core::backend::{Backend, Registry};
+use leaf_core::backend::{Descriptor, Registry};
 use leaf_core::{Result, SegmentStore, StoreCapabilities};
 use sqlx::pool::PoolOptions;
 use sqlx::{Connection, Database, Pool};
@@ -50,7 +50,7 @@ pub type Options<D> = <Conn<D> as Connection>::Options;
 /// What one SQL database does its own way: its configuration, the DDL creation race, and what
 /// its error codes mean; with [`StoreDialect`] (the store's statements) and
 /// [`RegistryDialect`] (the workerId mode's, and the identity lock), everything else of a SQL
-/// backend ([`SqlStore`], [`SqlBackend`], [`Sql`]) is written once over it. Implemented by a
+/// backend ([`SqlStore`], [`SqlClaims`], [`Sql`]) is written once over it. Implemented by a
 /// unit type of the backend's crate.
 #[async_trait]
 pub trait Dialect: Send + Sync + Sized + 'static {
@@ -81,7 +81,7 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     fn classify(e: &sqlx::Error) -> Option<ServerError>;
 }
 
-/// The descriptor (`leaf_core::backend::Backend`) of the SQL backend of dialect `D`: its store
+/// The descriptor (`leaf_core::backend::Descriptor`) of the SQL backend of dialect `D`: its store
 /// and its workerId mode under `D::NAME`, for `leaf-server`'s composition.
 pub struct Sql<D>(PhantomData<D>);
 
@@ -93,7 +93,7 @@ impl<D: Dialect> std::fmt::Debug for Sql<D> {
 }
 
 #[async_trait]
-impl<D: Queries> Backend for Sql<D> {
+impl<D: Queries> Descriptor for Sql<D> {
     type Config = D::Config;
     const TABLE: &'static str = D::NAME;
     const STORE: Option<&'static str> = Some(D::NAME);
@@ -125,7 +125,7 @@ impl<D: Queries> Backend for Sql<D> {
     /// contacted before its first `acquire`.
     fn open_registry(config: &D::Config, cache_dir: &Path, name: &str) -> Result<Registry> {
         config.validate()?;
-        let registry = SqlBackend::<D>::connect(config, name)?.registry(cache_dir);
+        let registry = SqlClaims::<D>::connect(config, name)?.registry(cache_dir);
         Ok(Registry::without_peers(Arc::new(registry)))
     }
 }

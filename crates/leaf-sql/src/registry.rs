@@ -1,4 +1,4 @@
-//! [`SqlBackend`]: the fork's database workerId mode on `leaf_workerid_alloc`, in any dialect,
+//! [`SqlClaims`]: the fork's database workerId mode on `leaf_workerid_alloc`, in any dialect,
 //! its identity held by [`HeldIdentity`] on a lock of the dialect's;
 //! [`SqlRegistry`] is it with the worker-id cache file.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use leaf_core::{
     AcquireRequest, CachedRegistry, ClaimError, Error, Lease, NodeIdentity, RegistryCapabilities,
-    Renewal, Result, WorkerIdBackend, bounded,
+    Renewal, Result, WorkerIdClaims, bounded,
 };
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 
@@ -124,7 +124,7 @@ pub async fn reachable(transport: &Transport, timeout: Duration) -> bool {
 }
 
 /// The workerId mode of dialect `D` with the worker-id cache file: what the server runs.
-pub type SqlRegistry<D> = CachedRegistry<SqlBackend<D>>;
+pub type SqlRegistry<D> = CachedRegistry<SqlClaims<D>>;
 
 /// The fork's database workerId mode: each node (`ip:port`) owns one row of
 /// `leaf_workerid_alloc`, and the row's id **is** its worker id, for ever (never recycled); ids
@@ -153,7 +153,7 @@ pub type SqlRegistry<D> = CachedRegistry<SqlBackend<D>>;
 /// the row holds under this node's lock; cut off from its server, the node stops within its
 /// mark window, and whoever takes the identity next starts above everything it issued. There
 /// is then no start from the cache file.
-pub struct SqlBackend<D: Queries> {
+pub struct SqlClaims<D: Queries> {
     pool: Pool<D::Db>,
     config: D::Config,
     file_name: String,
@@ -168,15 +168,15 @@ pub(crate) struct SqlLock<D: RegistryDialect> {
     options: Options<D>,
 }
 
-impl<D: Queries> fmt::Debug for SqlBackend<D> {
+impl<D: Queries> fmt::Debug for SqlClaims<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(&type_name(D::NAME, "Backend"))
+        f.debug_struct(&type_name(D::NAME, "Claims"))
             .field("url", &self.config.settings().redacted_url())
             .finish_non_exhaustive()
     }
 }
 
-impl<D: Queries> SqlBackend<D> {
+impl<D: Queries> SqlClaims<D> {
     /// The backend on the server of `config`; its cache file is named `worker-{NAME}-{name}`,
     /// the mode's own, so that a worker id another mode cached never serves a start here.
     /// Nothing is contacted or locked before the first claim, so this succeeds while the server
@@ -191,7 +191,7 @@ impl<D: Queries> SqlBackend<D> {
             timeout: settings.timeout(),
             fence_on_disconnect: settings.fence_on_disconnect,
         };
-        Ok(SqlBackend {
+        Ok(SqlClaims {
             pool: pool::<D>(config, KEY)?,
             config: config.clone(),
             file_name: format!("worker-{}-{name}", D::NAME),
@@ -324,7 +324,7 @@ impl<D: Queries> SessionLock for SqlLock<D> {
 }
 
 #[async_trait]
-impl<D: Queries> WorkerIdBackend for SqlBackend<D> {
+impl<D: Queries> WorkerIdClaims for SqlClaims<D> {
     fn mode(&self) -> &'static str {
         D::NAME
     }

@@ -2,7 +2,7 @@
 //! under test and its server, [`SqlFix`] is a database of a test's own with the backend's store
 //! and registries on it, and [`sql_cases`](crate::sql_cases) are the tests every SQL backend
 //! runs, which [`sql_tests!`](crate::sql_tests) turns into `#[tokio::test]`s. A backend is
-//! reached through its descriptor (`leaf_core::backend::Backend`), and its configuration is
+//! reached through its descriptor (`leaf_core::backend::Descriptor`), and its configuration is
 //! written as the server reads it (serde), so that a case names the settings it changes.
 
 use std::marker::PhantomData;
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use leaf_core::backend::Backend;
+use leaf_core::backend::Descriptor;
 use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
 use serde_json::Value;
 use tokio::sync::OnceCell;
@@ -35,10 +35,10 @@ pub trait SqlBackend: Send + Sync + 'static {
 }
 
 /// The configuration type of `B`.
-pub type Config<B> = <Descriptor<B> as Backend>::Config;
+pub type Config<B> = <SqlDescriptor<B> as Descriptor>::Config;
 
 /// The descriptor of `B`.
-pub type Descriptor<B> = leaf_sql::Sql<<B as SqlBackend>::Dialect>;
+pub type SqlDescriptor<B> = leaf_sql::Sql<<B as SqlBackend>::Dialect>;
 
 /// The defaults of `B` with `url`, then `changes` (an object of the configuration's keys).
 pub fn config_of<B: SqlBackend>(url: &str, changes: Value) -> Config<B> {
@@ -66,7 +66,7 @@ pub fn unreachable_url<B: SqlBackend>() -> String {
 
 /// `B`'s registry on `config`, its cache file in `dir`, for the leaf name `leaf`.
 pub fn registry_of<B: SqlBackend>(config: &Config<B>, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
-    Descriptor::<B>::open_registry(config, &dir, "leaf")
+    SqlDescriptor::<B>::open_registry(config, &dir, "leaf")
         .expect("registry")
         .worker
 }
@@ -84,7 +84,7 @@ pub fn unreachable_registry<B: SqlBackend>(dir: &std::path::Path) -> Arc<dyn Wor
 pub async fn store_of<B: SqlBackend>(
     config: &Config<B>,
 ) -> leaf_core::Result<Arc<dyn SegmentStore>> {
-    Descriptor::<B>::open_store(config, "leaf").await
+    SqlDescriptor::<B>::open_store(config, "leaf").await
 }
 
 /// A new database on `B`'s shared server; fails the test loudly if there is no server.

@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::backends::{self, Backend, BenchStore, Server};
+use crate::backends::{self, BackendRow, BenchStore, Server};
 
 /// A store that segment mode can run on beside the embedded SQLite: a backend with a
 /// [`BenchStore`].
 #[derive(Clone, Copy)]
-pub(super) struct Store(&'static Backend);
+pub(super) struct Store(&'static BackendRow);
 
 impl PartialEq for Store {
     fn eq(&self, other: &Self) -> bool {

@@ -13,7 +13,7 @@ use super::rootfs::{
     ProcMount, check_unmounted, chroot, ensure_debootstrap, remove_dir_contents, remove_root,
     run_cmd, write_file,
 };
-use crate::backends::Backend;
+use crate::backends::BackendRow;
 
 /// Whether the local Docker has `image`.
 pub(crate) fn image_exists(image: &str) -> Result<bool> {
@@ -42,7 +42,7 @@ pub(crate) fn cannot_build() -> Option<String> {
 }
 
 /// Builds the image of `backend`'s server.
-pub(crate) fn build(root: &Path, backend: &Backend) -> Result<()> {
+pub(crate) fn build(root: &Path, backend: &BackendRow) -> Result<()> {
     let Some(server) = &backend.server else {
         bail!("{} has no server, hence no testbed image", backend.name);
     };

@@ -19,7 +19,7 @@ use anyhow::{Result, bail};
 
 pub(crate) use build::{build, cannot_build, chroot_run, debian_root, image_exists, import};
 
-use crate::backends::{BACKENDS, Backend, names};
+use crate::backends::{BACKENDS, BackendRow, names};
 
 /// `cargo xtask testbed [--force] [BACKEND...]`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
@@ -29,7 +29,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         .map(String::as_str)
         .filter(|a| !a.starts_with("--"))
         .collect();
-    let with_image = |b: &Backend| b.server.is_some();
+    let with_image = |b: &BackendRow| b.server.is_some();
     for name in &wanted {
         if !BACKENDS.iter().any(|b| b.name == *name && with_image(b)) {
             bail!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
-use leaf_registry_etcd::{EtcdBackend, EtcdConfig, EtcdRegistry, EtcdStore};
+use leaf_registry_etcd::{EtcdClaims, EtcdConfig, EtcdRegistry, EtcdStore};
 use leaf_testkit::fixture::NodeDirs;
 pub use leaf_testkit::fixture::{now_ms, request};
 use leaf_testkit::provision::{self, EtcdNamespace};
@@ -71,7 +71,7 @@ impl EtcdFix {
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<EtcdRegistry> {
         Arc::new(
-            EtcdBackend::connect(&self.config, NAME)
+            EtcdClaims::connect(&self.config, NAME)
                 .expect("registry")
                 .registry(dir),
         )

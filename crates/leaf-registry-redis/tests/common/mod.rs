@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use leaf_core::{NodeIdentity, SegmentStore, WorkerIdRegistry};
-use leaf_registry_redis::{RedisBackend, RedisConfig, RedisRegistry, RedisStore};
+use leaf_registry_redis::{RedisClaims, RedisConfig, RedisRegistry, RedisStore};
 use leaf_testkit::fixture::NodeDirs;
 pub use leaf_testkit::fixture::{now_ms, request};
 use leaf_testkit::provision::{RedisNamespace, redis_namespace, redis_namespace_on};
@@ -102,7 +102,7 @@ impl RegFix {
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<RedisRegistry> {
         Arc::new(
-            RedisBackend::new(&self.config, NAME)
+            RedisClaims::new(&self.config, NAME)
                 .map(|b| b.registry(dir))
                 .expect("registry"),
         )

@@ -9,7 +9,7 @@ use leaf_core::{AcquireRequest, Error, Lease, NodeIdentity, Result};
 use tokio::sync::Mutex;
 use zookeeper_client::{self as zk, Acls, CreateMode};
 
-use super::{Forever, ForeverWrite, Held, NormalHeld, ZkBackend};
+use super::{Forever, ForeverWrite, Held, NormalHeld, ZkClaims};
 use crate::error::{bounded, map_zk};
 use crate::node::{self};
 use crate::session::{Claim, Session, ensure_dir};
@@ -29,7 +29,7 @@ pub(super) struct Found {
     version: i32,
 }
 
-impl ZkBackend {
+impl ZkClaims {
     pub(super) fn lock_path(&self, identity: &NodeIdentity) -> String {
         format!("{}/forever-lock/{identity}", self.base)
     }

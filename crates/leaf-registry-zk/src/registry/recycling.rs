@@ -3,7 +3,7 @@
 use leaf_core::{AcquireRequest, Error, Lease, LeaseToken, Renewal, Result};
 use zookeeper_client as zk;
 
-use super::{Held, RecycleHeld, ZkBackend};
+use super::{Held, RecycleHeld, ZkClaims};
 use crate::error::bounded;
 use crate::node::{self, InUse};
 use crate::recycle::{self, Pool};
@@ -11,7 +11,7 @@ use crate::recycle::{self, Pool};
 /// The largest pool `zk_recycle` seeds: 14 worker bits, sixteen times Leaf's default.
 pub(super) const MAX_POOL_ID: u64 = (1 << 14) - 1;
 
-impl ZkBackend {
+impl ZkClaims {
     /// What `zk_recycle` refuses before touching anything (the TTL is the caller's check): a
     /// pool too large to keep in ZooKeeper.
     pub(super) fn check_pool(&self, req: &AcquireRequest) -> Result<()> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{NodeIdentity, WorkerIdRegistry};
-use leaf_registry_zk::{ZkBackend, ZkConfig, ZkMode, ZkRegistry};
+use leaf_registry_zk::{ZkClaims, ZkConfig, ZkMode, ZkRegistry};
 use leaf_testkit::RegistryFixture;
 use leaf_testkit::fixture::NodeDirs;
 pub use leaf_testkit::fixture::{now_ms, request};
@@ -85,7 +85,7 @@ impl ZkFix {
 
     pub fn registry_in(&self, dir: PathBuf) -> Arc<ZkRegistry> {
         Arc::new(
-            ZkBackend::connect(&self.config, self.mode, NAME)
+            ZkClaims::connect(&self.config, self.mode, NAME)
                 .map(|b| b.registry(dir))
                 .expect("registry"),
         )
