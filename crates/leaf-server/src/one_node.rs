@@ -3,6 +3,7 @@
 //! hand out the same segment IDs and the same snowflake IDs, and nothing else would say so: the
 //! server logs these warnings at start-up and the console's index shows them.
 
+use crate::backends::choices;
 use crate::config::Config;
 
 /// What the configuration leaves on a one-node default, one sentence each naming what to set
@@ -10,26 +11,38 @@ use crate::config::Config;
 pub(crate) fn warnings(config: &Config) -> Vec<String> {
     let mut out = Vec::new();
     if config.segment.enabled && config.segment.store == "sqlite" {
-        out.push(
+        out.push(format!(
             "segment mode runs on the embedded SQLite store (segment.store = \"sqlite\"): its \
              IDs are unique only among the processes of this machine that share its file. \
-             Before a second node serves, set segment.store to a shared store (mysql, postgres, \
-             etcd or redis) and its segment.url, the same on every node"
-                .into(),
-        );
+             Before a second node serves, set segment.store to a shared store ({}) and its \
+             segment.url, the same on every node",
+            others("segment.store", "sqlite")
+        ));
     }
     if config.snowflake.enabled && config.snowflake.mode == "local" && on_default_worker_id(config)
     {
-        out.push(
+        out.push(format!(
             "snowflake mode runs on the local workerId mode with worker id 0, the default: a \
              second node on the default issues the same IDs. Give each node its own \
              snowflake.local.worker_id (or snowflake.local.work_id_map, or worker_id_from = \
-             \"hostname_ordinal\"), or set snowflake.mode to a shared registry (mysql, \
-             postgres, zk_normal, zk_recycle, etcd or redis)"
-                .into(),
-        );
+             \"hostname_ordinal\"), or set snowflake.mode to a shared registry ({})",
+            others("snowflake.mode", "local")
+        ));
     }
     out
+}
+
+/// The names `key` takes in the table of backends but `one`, as prose: `a, b or c`.
+fn others(key: &str, one: &str) -> String {
+    let names: Vec<&str> = choices()
+        .filter(|c| c.key == key && c.name != one)
+        .map(|c| c.name)
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 /// Whether `[snowflake.local]` gives this node worker id 0 from `worker_id` alone (no map, no
@@ -81,6 +94,14 @@ mod tests {
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("segment.store") && w[0].contains("segment.url"));
         assert!(w[1].contains("snowflake.local.worker_id") && w[1].contains("snowflake.mode"));
+        // The shared ones, from the table of backends.
+        assert!(
+            w[0].contains("(mysql, postgres, etcd or redis)"),
+            "{}",
+            w[0]
+        );
+        let modes = "(zk_normal, zk_recycle, mysql, postgres, etcd or redis)";
+        assert!(w[1].contains(modes), "{}", w[1]);
         check(&[], (true, true));
     }
 

@@ -12,7 +12,7 @@ use super::sections::Sections;
 use super::{check_bounds, name_keys};
 
 /// `[segment]`: segment mode, the allocator's settings, which store, and each store's own
-/// table (`[segment.sqlite]`, `[segment.mysql]`, ...), read by that store's crate.
+/// table (`[segment.<table>]`, as the table of backends names it), read by that store's crate.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default)]
 pub struct SegmentSection {
@@ -34,8 +34,9 @@ pub struct SegmentSection {
     pub miss_ttl_ms: u64,
     /// Failed loads are retried with a backoff growing up to this. Default 5000.
     pub retry_backoff_max_ms: u64,
-    /// The store: `sqlite`, `mysql`, `postgres`, `etcd` or `redis`, each behind its cargo
-    /// feature; its settings are the table `[segment.<store>]`. Default `sqlite`.
+    /// The store: the `store` name of a line of the server's table of backends
+    /// (`crate::backends::BACKENDS`), behind that line's cargo feature; its settings are the
+    /// table `[segment.<table>]`. Default `sqlite`.
     pub store: String,
     /// Tags created at start-up when missing (an existing row is never touched).
     /// Default `["leaf-segment-test"]`, Leaf's quick-start tag.

@@ -16,9 +16,9 @@ use super::{bad, check_bounds, keyed, name_keys};
 pub struct SnowflakeSection {
     /// Serve snowflake mode. Default `true`.
     pub enabled: bool,
-    /// The workerId mode: `local`, `zk_normal`, `zk_recycle`, `mysql`, `postgres`, `etcd` or
-    /// `redis`, each behind its cargo feature; its settings are the table
-    /// `[snowflake.<mode>]` (`zk` for both ZooKeeper modes). Default `local`.
+    /// The workerId mode: the `mode` name of a line of the server's table of backends
+    /// (`crate::backends::BACKENDS`), behind that line's cargo feature; its settings are the
+    /// table `[snowflake.<table>]` (`zk` for both ZooKeeper modes). Default `local`.
     pub mode: String,
     /// The epoch, Unix milliseconds. Default 1288834974657 (Twitter's, Leaf's).
     pub epoch_ms: u64,
@@ -56,7 +56,7 @@ pub struct SnowflakeSection {
     /// A wall clock step forward larger than this (against the monotonic clock) is not trusted:
     /// snowflake mode stops until the clock comes back; a restart trusts it. Default 60000.
     pub max_forward_step_ms: u64,
-    /// Each workerId mode's table, by name (`local`, `zk`, `mysql`, `postgres`, `etcd`, `redis`).
+    /// Each workerId mode's table, by the table's name in the table of backends.
     #[serde(flatten)]
     pub backends: Sections,
 }
