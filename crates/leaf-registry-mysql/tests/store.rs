@@ -51,22 +51,7 @@ async fn an_existing_leaf_table_is_used_as_it_is() {
     let store = MysqlStore::connect(&MysqlConfig::with_url(&db.url))
         .await
         .unwrap();
-    let tag = Tag::new("leaf-segment-test").unwrap();
-    assert_eq!(store.allocate(&tag, None).await.unwrap().range(), 1..2001);
-    assert_eq!(
-        store.allocate(&tag, Some(500)).await.unwrap().range(),
-        2001..2501
-    );
-    let rec = store.get(&tag).await.unwrap().expect("the row");
-    assert_eq!((rec.max_id, rec.step), (2501, 2000));
-    assert_eq!(
-        rec.description.as_deref(),
-        Some("Test leaf Segment Mode Get Id")
-    );
-    assert!(
-        rec.updated_at_ms.is_some_and(|ms| ms > 1_600_000_000_000),
-        "{rec:?}"
-    );
+    leaf_testkit::sql_cases::store::leafs_seed_row_allocates_as_leaf_does(&store).await;
 
     assert_eq!(
         show_create(&mut conn, "leaf_alloc").await,

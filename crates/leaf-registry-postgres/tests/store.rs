@@ -100,22 +100,7 @@ async fn an_existing_leaf_table_and_its_rows_are_left_exactly_as_they_were() {
         "2019-01-02 03:04:05 as Unix ms"
     );
 
-    let tag = Tag::new("leaf-segment-test").unwrap();
-    assert_eq!(store.allocate(&tag, None).await.unwrap().range(), 1..2001);
-    assert_eq!(
-        store.allocate(&tag, Some(500)).await.unwrap().range(),
-        2001..2501
-    );
-    let rec = store.get(&tag).await.unwrap().expect("the row");
-    assert_eq!((rec.max_id, rec.step), (2501, 2000));
-    assert_eq!(
-        rec.description.as_deref(),
-        Some("Test leaf Segment Mode Get Id")
-    );
-    assert!(
-        rec.updated_at_ms.is_some_and(|ms| ms > 1_600_000_000_000),
-        "an allocation sets update_time: {rec:?}"
-    );
+    leaf_testkit::sql_cases::store::leafs_seed_row_allocates_as_leaf_does(&store).await;
     let owner: Option<String> =
         sqlx::query_scalar("SELECT owner FROM leaf_alloc WHERE biz_tag = 'leaf-segment-test'")
             .fetch_one(&mut conn)

@@ -11,20 +11,17 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use leaf_core::SnowflakeLayout;
 use leaf_registry_mysql::LEAF_ALLOC_DDL;
-use leaf_server::app;
-use leaf_server::config::Config;
 use leaf_testkit::provision::{self, MysqlDatabase};
 use sqlx::mysql::MySqlPool;
 use sqlx::{AssertSqlSafe, Executor, Row};
 
-use common::router::{call, ok};
-use common::{Server, command, free_port, http};
+use common::router::ok;
+use common::sql::router_on;
+use common::{Server, free_port, http};
 
 // ---- The database --------------------------------------------------------------------------
 
@@ -155,42 +152,7 @@ async fn allocation_log(root: &MySqlPool) -> Vec<Allocated> {
 async fn router_serves_both_modes_from_mysql_and_db_lists_the_table() {
     let (db, root) = database().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::default();
-    config.segment.store = "mysql".into();
-    config.segment.stores.insert("url", &db.url);
-    config.segment.stores.insert("max_connections", 2);
-    config.snowflake.mode = "mysql".into();
-    config.snowflake.backends.set("mysql", "url", &db.url);
-    config.snowflake.ip = "10.0.0.7".into();
-    config.snowflake.port = 8080;
-    config.snowflake.cache_dir = dir.path().to_path_buf();
-    config.validate().unwrap();
-
-    // Through the one place that picks backends, as the binary does.
-    let running = leaf_server::server::start(&config, "127.0.0.1:8080".parse().unwrap())
-        .await
-        .unwrap_or_else(|e| panic!("start on mysql: {e:#}"));
-    let app = app(running.state.clone());
-    let ready = ok(&app, "/readyz").await;
-    assert!(ready.contains("\"ready\":true"), "{ready}");
-
-    // Segment mode: the seed tag, created in leaf_alloc by the server with Leaf's step.
-    assert_eq!(ok(&app, "/api/segment/get/leaf-segment-test").await, "1");
-    let batch: serde_json::Value =
-        serde_json::from_str(&ok(&app, "/v1/segment/leaf-segment-test?count=5").await).unwrap();
-    assert_eq!(batch["ids"], serde_json::json!([2, 3, 4, 5, 6]));
-    let (status, body) = call(
-        &app,
-        "POST",
-        "/v1/tags",
-        r#"{"tag":"order","max_id":100,"step":50,"description":"made over http"}"#,
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let first: i64 = ok(&app, "/api/segment/get/order").await.parse().unwrap();
-    assert_eq!(first, 100, "the range after the row's max_id");
-    let (status, body) = call(&app, "GET", "/api/segment/get/absent", "").await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (running, app) = router_on("mysql", &db.url, dir.path()).await;
 
     // A row written behind the server's back: /db reads the table, not the cache.
     exec(
@@ -547,31 +509,7 @@ async fn a_refused_password_fails_start_up_without_showing_it() {
     let user = User::create(&root, &db, "d").await;
     let wrong = format!("wrong{:016x}", fastrand::u64(..));
     let url = user.url(&db).replace(&user.password, &wrong);
-    let shown_url = url.clone();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-
-    let (status, stderr) = tokio::task::spawn_blocking(move || {
-        let env = [
-            ("LEAF_SEGMENT__STORE", "mysql".to_string()),
-            ("LEAF_SEGMENT__URL", url),
-            ("LEAF_SNOWFLAKE__ENABLED", "false".to_string()),
-            ("LEAF_LOG__LEVEL", "debug".to_string()),
-        ];
-        let out = command(&path, free_port(), &env)
-            .stderr(Stdio::piped())
-            .output()
-            .expect("the binary runs");
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-    .unwrap();
-    assert!(!status.success(), "start-up must fail: {stderr}");
-    assert!(stderr.contains("segment.url"), "names the key: {stderr}");
-    assert_log_hides(&stderr, &shown_url, &wrong);
+    common::sql::a_refused_password_fails_start_up_without_showing_it("mysql", url, &wrong).await;
     user.drop_on(&root).await;
 }
 

@@ -12,20 +12,17 @@ mod common;
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use leaf_core::SnowflakeLayout;
-use leaf_server::app;
-use leaf_server::config::Config;
 use leaf_testkit::provision::{self, POSTGRES, PostgresDatabase};
 use sqlx::postgres::PgPool;
 use sqlx::{AssertSqlSafe, Executor, Row};
 
 use common::nodes::{self, WhileDown};
-use common::router::{call, ok};
-use common::{Server, command, free_port, wait_exit};
+use common::router::ok;
+use common::sql::router_on;
+use common::{Server, free_port, wait_exit};
 
 const TAG: &str = "leaf-segment-test";
 
@@ -62,44 +59,7 @@ fn spawn(dir: &Path, n: u32, url: &str, snowflake_port: u16, extra: &[(&str, &st
 async fn router_serves_both_modes_from_postgres_and_db_lists_the_table() {
     let (db, root) = database().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::default();
-    config.segment.store = "postgres".into();
-    config.segment.stores.insert("url", &db.url);
-    config.segment.stores.insert("max_connections", 2);
-    config.snowflake.mode = "postgres".into();
-    config.snowflake.backends.set("postgres", "url", &db.url);
-    config.snowflake.ip = "10.0.0.7".into();
-    config.snowflake.port = 8080;
-    config.snowflake.cache_dir = dir.path().to_path_buf();
-    config.validate().unwrap();
-
-    // Through the one place that picks backends, as the binary does.
-    let running = leaf_server::server::start(&config, "127.0.0.1:8080".parse().unwrap())
-        .await
-        .unwrap_or_else(|e| panic!("start on postgres: {e:#}"));
-    let app = app(running.state.clone());
-    let ready = ok(&app, "/readyz").await;
-    assert!(ready.contains("\"ready\":true"), "{ready}");
-
-    // Segment mode: the seed tag, created in leaf_alloc by the server with Leaf's step.
-    assert_eq!(ok(&app, &format!("/api/segment/get/{TAG}")).await, "1");
-    let batch: serde_json::Value =
-        serde_json::from_str(&ok(&app, &format!("/v1/segment/{TAG}?count=5")).await).unwrap();
-    assert_eq!(batch["ids"], serde_json::json!([2, 3, 4, 5, 6]));
-    let (status, body) = call(
-        &app,
-        "POST",
-        "/v1/tags",
-        r#"{"tag":"order","max_id":100,"step":50,"description":"made over http"}"#,
-    )
-    .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, body) = call(&app, "POST", "/v1/tags", r#"{"tag":"order"}"#).await;
-    assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    let first: i64 = ok(&app, "/api/segment/get/order").await.parse().unwrap();
-    assert_eq!(first, 100, "the range after the row's max_id");
-    let (status, body) = call(&app, "GET", "/api/segment/get/absent", "").await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (running, app) = router_on("postgres", &db.url, dir.path()).await;
 
     // A row written behind the server's back: /db reads the table, not the cache.
     root.execute(
@@ -294,38 +254,8 @@ async fn a_refused_password_fails_start_up_without_showing_it() {
     let wrong = format!("wrong{:016x}", fastrand::u64(..));
     let (host, path) = db.url.rsplit_once('@').unwrap().1.split_once('/').unwrap();
     let url = format!("postgres://{role}:{wrong}@{host}/{path}");
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().to_path_buf();
-    let shown = url.clone();
-    let (status, stderr) = tokio::task::spawn_blocking(move || {
-        let env = [
-            ("LEAF_SEGMENT__STORE", "postgres".to_string()),
-            ("LEAF_SEGMENT__URL", url),
-            ("LEAF_SNOWFLAKE__ENABLED", "false".to_string()),
-            ("LEAF_LOG__LEVEL", "debug".to_string()),
-        ];
-        let out = command(&p, free_port(), &env)
-            .stderr(Stdio::piped())
-            .output()
-            .expect("the binary runs");
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-    .unwrap();
-    assert!(!status.success(), "start-up must fail: {stderr}");
-    assert!(stderr.contains("segment.url"), "names the key: {stderr}");
-    assert!(
-        !stderr.contains(&wrong),
-        "the password is in the log:\n{stderr}"
-    );
-    let redacted = leaf_server::config::redact_url(&shown);
-    assert!(
-        stderr.contains(&redacted),
-        "the log shows {redacted}:\n{stderr}"
-    );
+    common::sql::a_refused_password_fails_start_up_without_showing_it("postgres", url, &wrong)
+        .await;
     root.execute(AssertSqlSafe(format!("DROP ROLE {role}")))
         .await
         .unwrap();

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 pub(crate) mod nodes;
 pub(crate) mod router;
+#[cfg(any(feature = "mysql", feature = "postgres"))]
+pub(crate) mod sql;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leaf-server");
 

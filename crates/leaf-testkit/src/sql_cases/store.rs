@@ -1,5 +1,6 @@
-//! The SQL segment stores on a real server: a table without Leaf's columns, credentials
-//! refused at start-up, a server that is not there, and `Debug`.
+//! The SQL segment stores on a real server: Leaf's seed row allocated as Leaf does, a table
+//! without Leaf's columns, credentials refused at start-up, a server that is not there, and
+//! `Debug`.
 
 use std::time::{Duration, Instant};
 
@@ -58,4 +59,26 @@ pub async fn debug_output_hides_the_password<B: SqlBackend>() {
     let shown = format!("{store:?}");
     assert!(!shown.contains(":leaftest@"), "{shown}");
     assert!(shown.contains(&fix.hidden_password()), "{shown}");
+}
+
+/// Leaf's seed row (`leaf-segment-test`, `max_id` 1, step 2000, its description), inserted as
+/// Leaf's DDL and data have it: the store allocates from it as Leaf does (the stored step, then
+/// a dynamic one), leaves its step and description alone, and sets its `update_time`.
+pub async fn leafs_seed_row_allocates_as_leaf_does(store: &dyn leaf_core::SegmentStore) {
+    let tag = leaf_core::Tag::new("leaf-segment-test").unwrap();
+    assert_eq!(store.allocate(&tag, None).await.unwrap().range(), 1..2001);
+    assert_eq!(
+        store.allocate(&tag, Some(500)).await.unwrap().range(),
+        2001..2501
+    );
+    let rec = store.get(&tag).await.unwrap().expect("the row");
+    assert_eq!((rec.max_id, rec.step), (2501, 2000));
+    assert_eq!(
+        rec.description.as_deref(),
+        Some("Test leaf Segment Mode Get Id")
+    );
+    assert!(
+        rec.updated_at_ms.is_some_and(|ms| ms > 1_600_000_000_000),
+        "an allocation sets update_time: {rec:?}"
+    );
 }
