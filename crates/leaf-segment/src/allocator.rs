@@ -22,6 +22,7 @@ use crate::tags::{self, Recently, TagMap};
 use crate::{LoadObserver, SegmentConfig, StepRule, TagSnapshot};
 
 mod load;
+mod refresh;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -534,84 +535,6 @@ impl Inner {
         entry
     }
 
-    async fn refresh_tags(&self) -> Result<()> {
-        // Only tags cached before the listing may be dropped: one added by a lookup meanwhile
-        // may be newer than the list.
-        let before = self.tags.load_full();
-        let mut listed = self.store.tags().await?;
-        if listed.is_empty() {
-            tracing::warn!(
-                store = self.store.kind(),
-                "the store listed no tags; keeping the cached ones"
-            );
-            return Ok(());
-        }
-        let keep = self
-            .listed
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(keep) = keep {
-            listed.retain(|t| keep(t.as_str()));
-        }
-        let (added, removed) = {
-            let _writer = lock(&self.map_write);
-            let current = self.tags.load_full();
-            let mut map = TagMap::with_capacity(listed.len());
-            let mut added = 0usize;
-            for tag in &listed {
-                let entry = current.get(tag.as_str()).cloned().unwrap_or_else(|| {
-                    added += 1;
-                    self.new_entry(tag.clone())
-                });
-                map.insert(entry);
-            }
-            let mut removed = Vec::new();
-            for entry in current.entries() {
-                let tag = &entry.tag;
-                if map.contains(tag.as_str()) {
-                    continue;
-                }
-                if before.contains(tag.as_str()) {
-                    entry.remove();
-                    removed.push(tag.clone());
-                } else {
-                    map.insert(entry.clone());
-                }
-            }
-            if added > 0 || !removed.is_empty() {
-                self.publish_map(map);
-            }
-            (added, removed)
-        };
-        {
-            let mut m = lock(&self.misses);
-            for tag in &listed {
-                m.until.remove(tag);
-            }
-            m.epoch += 1;
-        }
-        // The row may have been changed by hand (`max_id` lowered): let the store answer again,
-        // once per refresh.
-        for entry in self.tags.load().entries() {
-            entry.lock().exhausted = None;
-        }
-        if added > 0 || !removed.is_empty() {
-            tracing::info!(added, removed = ?removed, "tag list refreshed");
-        }
-        Ok(())
-    }
-
-    /// Records every tag's consumption (the refresher's tick), for rates and `recently_used`.
-    fn sample_all(&self) {
-        let now = self.clock.monotonic();
-        for entry in self.tags.load().entries() {
-            let mut s = entry.lock();
-            let issued = entry.issued(&s);
-            s.usage.sample(now, issued);
-        }
-    }
-
     pub(crate) async fn next_ids(self: &Arc<Self>, tag: &str, n: usize) -> Result<Vec<i64>> {
         let entry = self.entry_for(tag).await?;
         self.take_ids(&entry, n).await
@@ -710,46 +633,4 @@ impl Inner {
 }
 
 #[cfg(test)]
-mod tests {
-    use leaf_core::ManualClock;
-    use leaf_testkit::MemoryStore;
-
-    use super::*;
-
-    /// A tag dropped from an allocator of transient tags leaves no entry behind (issue 32: a
-    /// business tag's row per day), and its name still serves, from a new segment.
-    #[tokio::test]
-    async fn a_dropped_transient_tag_frees_its_entry() {
-        let store = Arc::new(MemoryStore::with_tags([("a", 10), ("b", 10)]));
-        let clock = Arc::new(ManualClock::new(0));
-        let alloc =
-            SegmentAllocator::new(store, clock, SegmentConfig::default()).with_transient_tags();
-        assert_eq!(alloc.next_id("a").await.unwrap(), 1);
-        assert_eq!(alloc.next_id("b").await.unwrap(), 1);
-        let entry = Arc::downgrade(&alloc.inner.lookup("a").unwrap());
-        assert_eq!(alloc.drop_tags(|t| t == "a"), [Tag::new("a").unwrap()]);
-        assert!(alloc.drop_tags(|t| t == "a").is_empty(), "dropped once");
-        // The thread's copy of the map follows the next lookup.
-        assert_eq!(alloc.next_id("b").await.unwrap(), 2);
-        assert!(entry.upgrade().is_none(), "the dropped entry is still held");
-        let tags: Vec<Tag> = alloc.snapshot().into_iter().map(|s| s.tag).collect();
-        assert_eq!(tags, [Tag::new("b").unwrap()]);
-        assert_eq!(alloc.next_id("a").await.unwrap(), 11, "a new segment");
-    }
-
-    #[test]
-    fn errors_are_copied_by_kind() {
-        let check = |e: Error| {
-            let c = clone_error(&e);
-            assert_eq!(c.to_string(), e.to_string());
-            assert_eq!(c.is_retryable(), e.is_retryable());
-        };
-        check(Error::NotFound("tag t".into()));
-        check(Error::Exhausted("tag t".into()));
-        check(Error::backend("sqlite", "database is locked"));
-        check(Error::ClockMovedBackwards {
-            behind_ms: 3,
-            waited: false,
-        });
-    }
-}
+mod tests;
