@@ -3,7 +3,7 @@
 //! build has the backend: each backend's conformance run builds the server with it), and the
 //! `Cargo.toml` lines of "Using the crates as a library" name this workspace's crates, its
 //! repository and its minimum Rust version. The SQL statements are held elsewhere: the DDL by
-//! `leaf-registry-mysql`'s unit tests, the MySQL walk from an empty database by `tests/mysql.rs`.
+//! `leaf-registry-mysql`'s unit tests, the MySQL walk from an empty database by `tests/mysql/`.
 
 use std::path::{Path, PathBuf};
 

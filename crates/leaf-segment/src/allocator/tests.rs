@@ -1,4 +1,4 @@
-//! The allocator's own unit tests; its behaviour is tested in `tests/allocator.rs`.
+//! The allocator's own unit tests; its behaviour is tested in `tests/allocator/`.
 
 use leaf_core::ManualClock;
 use leaf_testkit::MemoryStore;

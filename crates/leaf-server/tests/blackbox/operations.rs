@@ -1,0 +1,237 @@
+//! The binary as its peers and operators meet it: the time route and the peer clock check, the probe subcommand, a StatefulSet's ordinal, and what a rebound host name is answered.
+
+use super::*;
+
+// The peer clock check of the ZooKeeper modes, against this binary as the peer.
+
+const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running peer for the clock check, with its working directory.
+fn peer() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(dir.path(), 1);
+    (dir, s)
+}
+
+#[tokio::test]
+async fn the_time_route_answers_the_wall_clock() {
+    let (_dir, server) = peer();
+    let before = SystemClock::new().now_ms();
+    let reply = server.get("/v1/time");
+    let after = SystemClock::new().now_ms();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let now_ms = reply.json()["now_ms"].as_u64().unwrap_or_else(|| {
+        panic!("no now_ms in {}", reply.body);
+    });
+    assert!(
+        (before..=after).contains(&now_ms),
+        "{before} <= {now_ms} <= {after}"
+    );
+    let by_getter = peer_clock::http_time(format!("127.0.0.1:{}", server.port), PEER_TIMEOUT)
+        .await
+        .unwrap();
+    assert!(by_getter >= now_ms);
+}
+
+#[tokio::test]
+async fn a_node_on_the_peers_clock_passes_and_one_a_minute_ahead_is_refused() {
+    let (_dir, server) = peer();
+    let peers = vec![format!("127.0.0.1:{}", server.port)];
+    let get = |p: String| peer_clock::http_time(p, PEER_TIMEOUT);
+
+    // The same machine's clock: well within 5 s.
+    let r = leaf_snowflake::peers::check(&peers, &SystemClock::new(), 5000, get).await;
+    match r {
+        PeerClock::Agrees { skew_ms, peers: 1 } => assert!(skew_ms.abs() < 1000, "{skew_ms}"),
+        other => panic!("{other:?}"),
+    }
+
+    // A clock a minute ahead of the peer's.
+    let ahead = ManualClock::new(SystemClock::new().now_ms() + 60_000);
+    let r = leaf_snowflake::peers::check(&peers, &ahead, 5000, get).await;
+    match &r {
+        PeerClock::Off {
+            skew_ms,
+            peers: 1,
+            max_skew_ms: 5000,
+        } => assert!((55_000..=61_000).contains(skew_ms), "{skew_ms}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(r.refusal().is_some());
+
+    // The peer gone: nobody to compare with, which passes.
+    drop(server);
+    let r = leaf_snowflake::peers::check(&peers, &ahead, 5000, get).await;
+    assert_eq!(r, PeerClock::NoPeers { asked: 1 });
+}
+
+/// `leaf-server probe` as a container's health check runs it: found by the configuration's
+/// `server.listen` (the same `LEAF_` variables as the server), or by `--url`.
+fn probe(dir: &Path, port: u16, args: &[&str]) -> (bool, String) {
+    let out = command(dir, port, &[] as &[(&str, &str)])
+        .arg("probe")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn the_probe_subcommand_answers_for_a_running_server_and_fails_without_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (ok, text) = probe(dir.path(), port, &[]);
+    assert!(!ok, "no server yet: {text}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+
+    // Snowflake waits on a mark far ahead: alive, not ready.
+    std::fs::create_dir_all(dir.path().join("leaf-data")).unwrap();
+    std::fs::write(
+        dir.path().join("leaf-data/worker-leaf.properties"),
+        format!("workerID=0\nmarkMs={}\n", now_ms() + 3_600_000),
+    )
+    .unwrap();
+    let mut server = Server::spawn(dir.path(), port, 0, &[] as &[(&str, &str)]);
+    server.wait_for("/healthz", Duration::from_secs(20));
+    let (ok, text) = probe(dir.path(), port, &[]);
+    assert!(ok, "{text}");
+    assert!(text.contains("/healthz") && text.contains("200"), "{text}");
+    let (ok, text) = probe(dir.path(), port, &["--ready"]);
+    assert!(!ok, "snowflake is not ready: {text}");
+    assert!(text.contains("503"), "{text}");
+    let url = format!("http://127.0.0.1:{port}");
+    let (ok, text) = probe(dir.path(), free_port(), &["--url", &url]);
+    assert!(ok, "--url wins over server.listen: {text}");
+    let (ok, text) = probe(dir.path(), port, &["--url", "localhost:1"]);
+    assert!(!ok && text.contains("not an http:// URL"), "{text}");
+    drop(server);
+}
+
+#[test]
+fn a_statefulset_ordinal_gives_the_worker_id_and_a_host_without_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::spawn(
+        dir.path(),
+        free_port(),
+        0,
+        &[
+            ("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_FROM", "hostname_ordinal"),
+            ("LEAF_SNOWFLAKE__LOCAL__HOSTNAME", "leaf-2"),
+            ("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_OFFSET", "5"),
+        ],
+    );
+    server.wait_for("/readyz", Duration::from_secs(20));
+    let id: i64 = server
+        .get("/api/snowflake/get/x")
+        .body
+        .trim()
+        .parse()
+        .unwrap();
+    let decoded = server.get(&format!("/v1/snowflake/{id}/decode")).json();
+    assert_eq!(decoded["worker_id"], 7, "{decoded}");
+    drop(server);
+
+    let other = tempfile::tempdir().unwrap();
+    let err = run_expecting_failure(
+        other.path(),
+        &[
+            ("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_FROM", "hostname_ordinal"),
+            ("LEAF_SNOWFLAKE__LOCAL__HOSTNAME", "leaf"),
+            ("LEAF_SEGMENT__ENABLED", "false"),
+        ],
+        &[],
+    );
+    assert!(
+        err.contains("snowflake.local.worker_id_from") && err.contains("\"leaf\""),
+        "{err}"
+    );
+}
+
+/// `request` (a whole HTTP/1.1 request head, `Connection: close`) on a fresh connection: the
+/// status, the head and the body.
+fn raw(port: u16, request: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+#[test]
+fn over_a_socket_rebound_names_heads_and_caches_are_kept_out() {
+    // Issue 24 items 7, 8 and 10 on the real binary: the list from the environment (one string
+    // of comma-separated entries), the Host as hyper reads it, HEAD as hyper answers it.
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        0,
+        &[(
+            "LEAF_SERVER__ALLOWED_HOSTS",
+            "leaf.internal, leaf2.internal:8080",
+        )],
+    );
+    let port = server.port;
+    let max_id = || server.get(&format!("/v1/tags/{TAG}")).json()["max_id"].as_i64();
+    let before = max_id();
+    // The rebinding page's same-origin POST, then a read of an ID by the rebound name.
+    let (status, head, body) = raw(
+        port,
+        &format!(
+            "POST /v1/segment/{TAG}/allocate?step=1000000 HTTP/1.1\r\nHost: \
+             rebind.attacker.example:{port}\r\nOrigin: http://rebind.attacker.example:{port}\r\n\
+             Content-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("server.allowed_hosts"), "{body}");
+    for header in ["cache-control: no-store", "x-content-type-options: nosniff"] {
+        assert!(head.contains(header), "{header}: {head}");
+    }
+    let (status, _, body) = raw(
+        port,
+        &format!(
+            "GET /api/segment/get/{TAG} HTTP/1.1\r\nHost: rebind.attacker.example:{port}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(max_id(), before, "the store's allocations are unchanged");
+    // A listed name is served; HEAD takes no ID.
+    let get = |host: &str| {
+        raw(
+            port,
+            &format!(
+                "GET /api/segment/get/{TAG} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            ),
+        )
+    };
+    let (status, head, first) = get("LEAF.internal");
+    assert_eq!(status, 200, "{first}");
+    assert!(head.contains("cache-control: no-store"), "{head}");
+    let (status, head, body) = raw(
+        port,
+        &format!(
+            "HEAD /api/segment/get/{TAG} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert_eq!(status, 405, "{head}");
+    assert!(head.contains("allow: get, post"), "{head}");
+    assert!(body.is_empty(), "{body}");
+    let (status, _, next) = get("leaf2.internal:8080");
+    assert_eq!(status, 200, "{next}");
+    let (first, next): (i64, i64) = (first.parse().unwrap(), next.parse().unwrap());
+    assert_eq!(next, first + 1, "the HEAD took no ID");
+    // The probe asks by address, which the list never stops.
+    let (ok, text) = probe(dir.path(), port, &[]);
+    assert!(ok, "{text}");
+}
