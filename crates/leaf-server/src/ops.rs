@@ -7,10 +7,11 @@
 use leaf_core::{Allocation, DecodedId, NewTag, Tag, TagRecord, TagUpdate};
 use std::sync::Arc;
 
-use leaf_format::{
-    Definition, Grouped, Joined, Properties, Reset, SnowflakeForm, check_new_plain, check_plain,
-    check_unclaimed, check_update, group_rows,
+use leaf_business::{
+    Definition, Grouped, Joined, Properties, Shape, check_new_plain, check_plain, check_unclaimed,
+    check_update, group_rows, shape,
 };
+use leaf_format::{Reset, SnowflakeForm};
 use leaf_segment::{SegmentAllocator, TagSnapshot};
 
 use crate::error::{ApiError, Origin};
@@ -107,7 +108,7 @@ pub(crate) async fn segment_batch(
 /// tag. A plain tag of that shape from before business tags (its base has no definition) is
 /// served as ever.
 async fn refuse_business_row(state: &AppState, tag: &Tag) -> Result<(), ApiError> {
-    let Some((base, _)) = leaf_format::reserved(tag.as_str()) else {
+    let Some(base) = shape(tag.as_str()).base() else {
         return Ok(());
     };
     let def = state
@@ -128,8 +129,8 @@ async fn refuse_business_row(state: &AppState, tag: &Tag) -> Result<(), ApiError
 /// capped step), so that a leasing client without the admin token counts in it (`leaf-client`
 /// reads the row, then allocates from it). A period out of that window is a 400.
 async fn period_row(state: &AppState, tag: &Tag) -> Result<Option<Arc<Definition>>, ApiError> {
-    match leaf_format::reserved(tag.as_str()) {
-        Some((_, suffix)) if !suffix.is_empty() => state
+    match shape(tag.as_str()) {
+        Shape::Period { .. } => state
             .business()?
             .ensure_period(tag)
             .await

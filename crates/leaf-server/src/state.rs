@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use leaf_business::BusinessTags;
 use leaf_core::{Error, SnowflakeLayout, Tag};
-use leaf_format::BusinessTags;
 use leaf_segment::{LoadObserver, SegmentAllocator};
 use leaf_snowflake::{Snowflake, SnowflakeState};
 

@@ -101,7 +101,7 @@ pub(super) struct CreateTag {
 }
 
 /// A business tag as the admin API shows it.
-pub(super) fn definition_json(def: &leaf_format::Definition) -> Value {
+pub(super) fn definition_json(def: &leaf_business::Definition) -> Value {
     let p = def.props();
     json!({
         "tag": def.base().as_str(),

@@ -2,8 +2,8 @@
 //! twin, and calls the twin's operation in `crate::ops`.
 
 use axum::extract::ConnectInfo;
+use leaf_business::Definition;
 use leaf_core::{TagRecord, TagUpdate, format_utc_ms};
-use leaf_format::Definition;
 use leaf_segment::TagSnapshot;
 use tonic::service::Routes;
 use tonic::{Request, Response, Status};
