@@ -8,6 +8,7 @@ mod definition;
 mod issue;
 mod listing;
 mod periods;
+mod requests;
 mod tags;
 
 pub use checks::{check_description, check_new_plain, check_plain, check_unclaimed, check_update};
@@ -17,5 +18,6 @@ pub use definition::{
     Properties, STEP_SHARE, definition_tag, is_claim,
 };
 pub use issue::{Issued, Joined, PRELOAD_AHEAD, Taken};
-pub use listing::{Grouped, group_rows};
+pub use listing::{Grouped, Listed, group_rows};
+pub use requests::{CreateTag, Created, Lease};
 pub use tags::BusinessTags;

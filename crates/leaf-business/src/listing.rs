@@ -1,12 +1,13 @@
 //! Listings: a store's rows with each business tag's period rows grouped under its
-//! definition.
+//! definition, and each with this node's cache of it.
 
 use std::collections::HashMap;
 
-use leaf_core::TagRecord;
+use leaf_core::{Tag, TagRecord};
+use leaf_segment::TagSnapshot;
 
 use crate::classify::{Shape, shape};
-use crate::{Definition, is_claim};
+use crate::{BusinessTags, Definition, is_claim};
 
 /// One entry of a store's listing with business tags grouped: a plain row, or a business
 /// tag's definition with its period rows under it (oldest first).
@@ -84,10 +85,53 @@ pub fn group_rows(rows: Vec<TagRecord>) -> Vec<Grouped> {
     out
 }
 
+/// A tag of a listing with this node's cache of it: a plain row with the plain allocator's, a
+/// business tag with each of its period rows' own.
+#[derive(Debug)]
+pub struct Listed {
+    /// The row, or the business tag with its period rows.
+    pub group: Grouped,
+    /// A plain row's cache, when this node holds one.
+    pub cache: Option<TagSnapshot>,
+    /// Each period row's cache (in the order of `group.periods`), when this node holds one.
+    pub period_caches: Vec<Option<TagSnapshot>>,
+}
+
+impl BusinessTags {
+    /// `rows` (a store's listing) grouped by [`group_rows`], each with this node's cache of it:
+    /// a plain row's from `plain` (the plain allocator's snapshot), a period row's from the
+    /// allocator of the period rows.
+    pub fn listing(&self, rows: Vec<TagRecord>, mut plain: Vec<TagSnapshot>) -> Vec<Listed> {
+        let mut periods = self.alloc.snapshot();
+        group_rows(rows)
+            .into_iter()
+            .map(|group| {
+                let cache = take_snapshot(&mut plain, &group.record.tag);
+                let period_caches = group
+                    .periods
+                    .iter()
+                    .map(|p| take_snapshot(&mut periods, &p.tag))
+                    .collect();
+                Listed {
+                    group,
+                    cache,
+                    period_caches,
+                }
+            })
+            .collect()
+    }
+}
+
+/// `tag`'s snapshot, taken out of `snapshots`.
+fn take_snapshot(snapshots: &mut Vec<TagSnapshot>, tag: &Tag) -> Option<TagSnapshot> {
+    snapshots
+        .iter()
+        .position(|s| &s.tag == tag)
+        .map(|i| snapshots.swap_remove(i))
+}
+
 #[cfg(test)]
 mod tests {
-    use leaf_core::Tag;
-
     use super::*;
 
     fn row(name: &str, max_id: i64, description: Option<&str>) -> TagRecord {

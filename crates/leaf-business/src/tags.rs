@@ -94,13 +94,19 @@ impl BusinessTags {
         }
     }
 
-    /// Business tags beside a plain allocator, on its store and clock.
-    pub fn beside(plain: &SegmentAllocator) -> Self {
-        Self::new(
+    /// Business tags beside a plain allocator, on its store and clock, and that allocator with
+    /// the rows of the business tags known here (their bases' claims too) left out of its
+    /// listing: they are counted by the business tags' own allocator, so that the plain cache
+    /// never holds them.
+    pub fn beside(plain: SegmentAllocator) -> (Arc<Self>, SegmentAllocator) {
+        let business = Arc::new(Self::new(
             Arc::clone(plain.store()),
             Arc::clone(plain.clock()),
             plain.config().clone(),
-        )
+        ));
+        let known = Arc::clone(&business);
+        let plain = plain.with_listing_filter(move |name| !known.owns(name));
+        (business, plain)
     }
 
     /// The allocator of the period rows (its snapshot shows them).
