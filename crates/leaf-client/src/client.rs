@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use hyper::Method;
 use hyper::body::Bytes;
+use leaf_business::BusinessTags;
 use leaf_core::{Clock, DecodedId, Error, Result};
-use leaf_format::BusinessTags;
 use leaf_segment::{SegmentAllocator, SegmentConfig};
 use serde::Deserialize;
 

@@ -3,8 +3,11 @@
 
 #[cfg(feature = "backend")]
 pub mod backend;
+#[cfg(feature = "runtime")]
 mod cache_file;
+#[cfg(feature = "runtime")]
 mod cached;
+#[cfg(feature = "runtime")]
 mod clock;
 mod error;
 mod layout;
@@ -13,8 +16,11 @@ mod registry;
 mod store;
 mod tag;
 
+#[cfg(feature = "runtime")]
 pub use cache_file::{AsyncCacheFile, CacheFile, CacheRecord};
+#[cfg(feature = "runtime")]
 pub use cached::{CachedRegistry, ClaimError, WorkerIdClaims};
+#[cfg(feature = "runtime")]
 pub use clock::{BoxFuture, Clock, ManualClock, SystemClock, bounded};
 pub use error::{Error, Result, check_bounds};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS, format_utc_ms, utc_parts};

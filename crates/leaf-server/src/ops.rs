@@ -4,14 +4,12 @@
 //! read their requests and write their answers around these calls, so the two APIs cannot
 //! drift apart in what they allow, issue or refuse.
 
-use leaf_core::{Allocation, DecodedId, NewTag, Tag, TagRecord, TagUpdate};
+use leaf_core::{Allocation, DecodedId, Tag, TagRecord, TagUpdate};
 use std::sync::Arc;
 
-use leaf_format::{
-    Definition, Grouped, Joined, Properties, Reset, SnowflakeForm, check_new_plain, check_plain,
-    check_unclaimed, check_update, group_rows,
-};
-use leaf_segment::{SegmentAllocator, TagSnapshot};
+use leaf_business::{CreateTag, Created, Definition, Joined, Listed};
+use leaf_format::SnowflakeForm;
+use leaf_segment::SegmentAllocator;
 
 use crate::error::{ApiError, Origin};
 use crate::metrics::Family;
@@ -61,34 +59,17 @@ pub(crate) async fn segment_batch(
 ) -> Result<(Tag, SegmentIds), ApiError> {
     let allocator = state.segment()?;
     let tag = parse_tag(raw_tag)?;
-    refuse_business_row(state, &tag).await?;
-    let count = check_count(count, state.max_batch())?;
     let business = state.business()?;
     let seg = |e| ApiError::from_core(Origin::Segment, e);
-    // A plain tag costs one lookup in an (often empty) map; a business tag unknown here is
-    // found when its base has no row of its own.
-    if !business.is_known(tag.as_str()) {
-        match take_plain(state, allocator, &tag, count).await {
+    business.refuse_row(&tag).await.map_err(seg)?;
+    let count = check_count(count, state.max_batch())?;
+    let def = match business.known(tag.as_str()) {
+        Some(def) => def,
+        None => match take_plain(state, allocator, &tag, count).await {
             Ok(ids) => return Ok((tag, SegmentIds::Numbers(ids))),
-            // No row (a business tag created before 'claims'), or its claim: no ID left.
-            Err(e @ (leaf_core::Error::NotFound(_) | leaf_core::Error::Exhausted(_))) => {
-                if business
-                    .definition(tag.as_str())
-                    .await
-                    .map_err(seg)?
-                    .is_none()
-                {
-                    return Err(seg(e));
-                }
-            }
-            Err(e) => return Err(seg(e)),
-        }
-    }
-    let def = business
-        .definition(tag.as_str())
-        .await
-        .map_err(seg)?
-        .ok_or_else(|| seg(leaf_core::Error::NotFound(format!("tag {tag}"))))?;
+            Err(e) => business.after_plain(&tag, e).await.map_err(seg)?,
+        },
+    };
     if !text_ok {
         return Err(text_only(&tag));
     }
@@ -103,62 +84,19 @@ pub(crate) async fn segment_batch(
     Ok((tag, SegmentIds::Text(ids)))
 }
 
-/// A 400 for a row of a business tag (`order@`, `order@20261127`): IDs are asked of the base
-/// tag. A plain tag of that shape from before business tags (its base has no definition) is
-/// served as ever.
-async fn refuse_business_row(state: &AppState, tag: &Tag) -> Result<(), ApiError> {
-    let Some((base, _)) = leaf_format::reserved(tag.as_str()) else {
-        return Ok(());
-    };
-    let def = state
-        .business()?
-        .definition(base)
-        .await
-        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
-    match def {
-        Some(_) => Err(ApiError::bad_request(format!(
-            "tag {tag} is a row of the business tag {base}: ask for {base}"
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// If `tag` is a business tag's period row within one period of this server's clock: its
-/// definition, the row created if absent (insert-if-absent, the definition's first value and
-/// capped step), so that a leasing client without the admin token counts in it (`leaf-client`
-/// reads the row, then allocates from it). A period out of that window is a 400.
-async fn period_row(state: &AppState, tag: &Tag) -> Result<Option<Arc<Definition>>, ApiError> {
-    match leaf_format::reserved(tag.as_str()) {
-        Some((_, suffix)) if !suffix.is_empty() => state
-            .business()?
-            .ensure_period(tag)
-            .await
-            .map_err(|e| ApiError::from_core(Origin::Segment, e)),
-        _ => Ok(None),
-    }
-}
-
-/// `raw_tag` checked as a plain tag's name: valid, not of a business row's shape, and not a
-/// business tag's (`refused` says why that one is refused).
+/// `raw_tag` checked as a plain tag's name: valid, and neither a business tag's row nor its base
+/// (`refused` says why that one is refused).
 pub(crate) async fn plain_tag(
     state: &AppState,
     raw_tag: &str,
     refused: &str,
 ) -> Result<Tag, ApiError> {
     let tag = parse_tag(raw_tag)?;
-    let seg = |e| ApiError::from_core(Origin::Segment, e);
-    refuse_business_row(state, &tag).await?;
-    if state
+    state
         .business()?
-        .definition(tag.as_str())
+        .require_plain(&tag, refused)
         .await
-        .map_err(seg)?
-        .is_some()
-    {
-        return Err(ApiError::bad_request(format!(
-            "tag {tag} is a business tag: {refused}"
-        )));
-    }
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
     Ok(tag)
 }
 
@@ -169,14 +107,11 @@ pub(crate) async fn business_definition(
 ) -> Result<Arc<Definition>, ApiError> {
     state.segment()?;
     let tag = parse_tag(raw_tag)?;
-    let seg = |e| ApiError::from_core(Origin::Segment, e);
-    check_plain(&tag).map_err(seg)?;
     state
         .business()?
-        .definition(tag.as_str())
+        .business_tag(&tag)
         .await
-        .map_err(seg)?
-        .ok_or_else(|| seg(leaf_core::Error::NotFound(format!("business tag {tag}"))))
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))
 }
 
 /// One segment ID of `raw_tag` as Leaf's route prints it: the number, or a business tag's text.
@@ -295,36 +230,18 @@ pub(crate) async fn allocate(
     let allocator = state.segment()?;
     let tag = parse_tag(raw_tag)?;
     let step = check_step(step, allocator.config().max_step, shown_step)?;
-    // A business tag's leases are counted under its base tag, not one label per period row.
-    let mut counted = tag.clone();
-    let step = match period_row(state, &tag).await? {
-        // A business tag's period row, leased by leaf-client: at most the row's capped step,
-        // and a first range before its period starts.
-        Some(def) => {
-            counted = def.base().clone();
-            let business = state.business()?;
-            let most = business.lease_step(&def, &tag, step);
-            Some(most.map_err(|e| ApiError::from_core(Origin::Segment, e))?)
-        }
-        None => {
-            plain_tag(
-                state,
-                raw_tag,
-                "leases are of its period rows (tag@20261127), as leaf-client's business tags \
-                 take them",
-            )
-            .await?;
-            step
-        }
-    };
+    let seg = |e| ApiError::from_core(Origin::Segment, e);
+    // A business tag's period row: created if absent, its step capped; leases of a business
+    // tag count under its base tag, not one label per period row.
+    let lease = state.business()?.lease(&tag, step).await.map_err(seg)?;
     let a = allocator
         .store()
-        .allocate(&tag, step)
+        .allocate(&tag, lease.step)
         .await
-        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
+        .map_err(seg)?;
     state
         .metrics()
-        .client_allocation(&counted, family, a.used_step.max(0) as u64);
+        .client_allocation(&lease.counted, family, a.used_step.max(0) as u64);
     Ok(a)
 }
 
@@ -332,7 +249,14 @@ pub(crate) async fn allocate(
 pub(crate) async fn get_tag(state: &AppState, raw_tag: &str) -> Result<TagRecord, ApiError> {
     let allocator = state.segment()?;
     let tag = parse_tag(raw_tag)?;
-    period_row(state, &tag).await?;
+    // A business tag's period row within one period of this server's clock is created if
+    // absent, so that a leasing client without the admin token counts in it (`leaf-client`
+    // reads the row, then allocates from it); a period out of that window is a 400.
+    state
+        .business()?
+        .ensure_period(&tag)
+        .await
+        .map_err(|e| ApiError::from_core(Origin::Segment, e))?;
     allocator
         .store()
         .get(&tag)
@@ -395,134 +319,23 @@ async fn stored_rows(allocator: &SegmentAllocator) -> Result<Vec<TagRecord>, Api
         .map_err(|e| ApiError::from_core(Origin::Other, e))
 }
 
-/// `tag`'s snapshot, taken out of `snapshots`.
-fn take_snapshot(snapshots: &mut Vec<TagSnapshot>, tag: &Tag) -> Option<TagSnapshot> {
-    snapshots
-        .iter()
-        .position(|s| &s.tag == tag)
-        .map(|i| snapshots.swap_remove(i))
-}
-
-/// A tag of the listing with its cached state: a plain row, or a business tag with its period
-/// rows (each with its own cache).
-pub(crate) struct ListedTag {
-    pub(crate) group: Grouped,
-    pub(crate) cache: Option<TagSnapshot>,
-    pub(crate) period_caches: Vec<Option<TagSnapshot>>,
-}
-
 /// Every stored row, business tags' rows grouped under their base tag, with this server's
 /// cache of each when it holds one.
-pub(crate) async fn list_grouped(state: &AppState) -> Result<Vec<ListedTag>, ApiError> {
+pub(crate) async fn list_grouped(state: &AppState) -> Result<Vec<Listed>, ApiError> {
     let allocator = state.segment()?;
     let rows = stored_rows(allocator).await?;
-    let mut plain = allocator.snapshot();
-    let mut business = state.business()?.allocator().snapshot();
-    Ok(group_rows(rows)
-        .into_iter()
-        .map(|group| {
-            let cache = take_snapshot(&mut plain, &group.record.tag);
-            let period_caches = group
-                .periods
-                .iter()
-                .map(|p| take_snapshot(&mut business, &p.tag))
-                .collect();
-            ListedTag {
-                group,
-                cache,
-                period_caches,
-            }
-        })
-        .collect())
+    Ok(state.business()?.listing(rows, allocator.snapshot()))
 }
 
-/// A new tag's fields as a client sent them.
-pub(crate) struct CreateTag {
-    pub(crate) tag: String,
-    pub(crate) max_id: Option<i64>,
-    pub(crate) step: Option<i64>,
-    pub(crate) description: Option<String>,
-    /// A business tag's properties (issue 27); any of them makes one.
-    pub(crate) reset: Option<String>,
-    pub(crate) time_zone: Option<String>,
-    pub(crate) first: Option<i64>,
-    pub(crate) format: Option<String>,
-}
-
-/// What [`create_tag`] created.
-pub(crate) enum Created {
-    /// A plain tag: its row.
-    Plain(TagRecord),
-    /// A business tag: its definition.
-    Business(Arc<Definition>),
-}
-
-/// Creates a tag; 409 (`ALREADY_EXISTS`) if it exists. A business tag's name is refused for a
-/// plain tag and the other way round; names of business rows' shape are refused for both.
+/// Creates a tag ([`leaf_business::BusinessTags::create_tag`]: a plain tag or a business
+/// tag, each refused the other's names); 409 (`ALREADY_EXISTS`) if it exists.
 pub(crate) async fn create_tag(state: &AppState, body: CreateTag) -> Result<Created, ApiError> {
     let allocator = state.segment()?;
-    let other = |e| ApiError::from_core(Origin::Other, e);
-    let tag = Tag::new(&body.tag).map_err(other)?;
-    check_plain(&tag).map_err(other)?;
-    let business = state.business()?;
-    if body.reset.is_some()
-        || body.time_zone.is_some()
-        || body.first.is_some()
-        || body.format.is_some()
-    {
-        if body.max_id.is_some() {
-            return Err(ApiError::bad_request(
-                "max_id is a plain tag's: a business tag's periods start at first",
-            ));
-        }
-        if body.description.is_some() {
-            return Err(ApiError::bad_request(
-                "a business tag keeps no description: its definition row's description holds \
-                 its properties",
-            ));
-        }
-        let reset = body
-            .reset
-            .as_deref()
-            .map(str::parse::<Reset>)
-            .transpose()
-            .map_err(other)?;
-        let props = Properties::new(
-            reset,
-            body.time_zone.as_deref(),
-            body.first,
-            body.format.as_deref(),
-        )
-        .map_err(other)?;
-        let step = body.step.unwrap_or(leaf_core::DEFAULT_STEP);
-        let def = business.create(&tag, step, props).await.map_err(other)?;
-        allocator.forget_miss(tag.as_str());
-        return Ok(Created::Business(def));
-    }
-    if business
-        .definition(tag.as_str())
-        .await
-        .map_err(other)?
-        .is_some()
-    {
-        return Err(other(leaf_core::Error::AlreadyExists(format!(
-            "tag {tag} (a business tag)"
-        ))));
-    }
-    let mut new = NewTag::new(tag.clone());
-    if let Some(m) = body.max_id {
-        new.max_id = m;
-    }
-    if let Some(s) = body.step {
-        new.step = s;
-    }
-    new.description = body.description;
-    check_new_plain(&new).map_err(other)?;
-    let record = allocator.store().create(&new).await.map_err(other)?;
+    let created = (state.business()?.create_tag(body).await)
+        .map_err(|e| ApiError::from_core(Origin::Other, e))?;
     // The tag may have been asked for (and remembered as unknown) a moment ago.
-    allocator.forget_miss(tag.as_str());
-    tracing::info!(tag = %tag, step = record.step, max_id = record.max_id, "tag created");
-    Ok(Created::Plain(record))
+    allocator.forget_miss(created.tag().as_str());
+    Ok(created)
 }
 
 /// Changes a tag's stored step or description; an unknown tag is a 404 with Leaf's -2.
@@ -534,11 +347,7 @@ pub(crate) async fn update_tag(
     let allocator = state.segment()?;
     let other = |e| ApiError::from_core(Origin::Other, e);
     let tag = Tag::new(raw_tag).map_err(other)?;
-    check_update(&tag, &update).map_err(other)?;
-    // Read now, not from a cache: a claim written a moment ago by another node counts.
-    if let Some(stored) = allocator.store().get(&tag).await.map_err(other)? {
-        check_unclaimed(&stored).map_err(other)?;
-    }
+    (state.business()?.check_change(&tag, &update).await).map_err(other)?;
     let record = allocator
         .store()
         .update(&tag, &update)

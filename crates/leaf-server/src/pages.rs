@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use leaf_business::Grouped;
 use leaf_core::utc_parts;
 use leaf_core::{SnowflakeLayout, TagRecord};
-use leaf_format::Grouped;
 use leaf_segment::{SegmentView, TagSnapshot};
 use leaf_snowflake::{SnowflakeState, SnowflakeStatus};
 
@@ -665,7 +665,7 @@ mod tests {
             description: Some("x & <b>".into()),
             updated_at_ms: Some(1_700_000_000_123),
         }];
-        let html = db_page(&leaf_format::group_rows(rows.to_vec()), NOW, None);
+        let html = db_page(&leaf_business::group_rows(rows.to_vec()), NOW, None);
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;"), "{html}");
         assert!(html.contains("x &amp; &lt;b&gt;"), "{html}");
@@ -702,7 +702,7 @@ mod tests {
                 Some("period of order"),
             ));
         }
-        let html = db_page(&leaf_format::group_rows(rows), NOW, None);
+        let html = db_page(&leaf_business::group_rows(rows), NOW, None);
         assert!(
             html.contains("business tag: <code>O{date:%Y%m%d}{seq:04}</code>"),
             "{html}"

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use leaf_business::BusinessTags;
 use leaf_core::{Error, SnowflakeLayout, Tag};
-use leaf_format::BusinessTags;
 use leaf_segment::{LoadObserver, SegmentAllocator};
 use leaf_snowflake::{Snowflake, SnowflakeState};
 
@@ -258,11 +258,9 @@ impl SegmentService {
     }
 
     fn with_reason(allocator: SegmentAllocator, reason: String) -> Self {
-        let business = Arc::new(BusinessTags::beside(&allocator));
         // Business tags' rows (and their bases' claims) are counted by their own allocator:
         // the plain cache leaves out those of the tags known here.
-        let known = Arc::clone(&business);
-        let allocator = allocator.with_listing_filter(move |name| !known.owns(name));
+        let (business, allocator) = BusinessTags::beside(allocator);
         SegmentService {
             business,
             allocator,

@@ -1,13 +1,14 @@
 //! The business-tag conformance cases (feature `business`): counters that restart each period
-//! in a time zone and formatted IDs, driven through `leaf_format::BusinessTags` over the store
+//! in a time zone and formatted IDs, driven through `leaf_business::BusinessTags` over the store
 //! under test, with test clocks. Each case works under its own random tag prefix.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use leaf_business::{BusinessTags, Properties, check_plain, definition_tag};
 use leaf_core::{Clock, Error, ManualClock, NewTag, SegmentStore, Tag};
-use leaf_format::{BusinessTags, Properties, Reset, check_plain, definition_tag};
+use leaf_format::Reset;
 use leaf_segment::SegmentConfig;
 
 use crate::StoreFixture;

@@ -117,7 +117,7 @@ pub(super) async fn db(
         .await
         .map_err(|e| ApiError::from_core(Origin::Other, e))?;
     Ok(Html(pages::db_page(
-        &leaf_format::group_rows(rows),
+        &leaf_business::group_rows(rows),
         now_ms(),
         refresh,
     )))

@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use leaf_business::{Created, Definition};
 use leaf_core::{TagRecord, TagUpdate};
 use leaf_segment::TagSnapshot;
 use serde::{Deserialize, Serialize};
@@ -101,7 +102,7 @@ pub(super) struct CreateTag {
 }
 
 /// A business tag as the admin API shows it.
-pub(super) fn definition_json(def: &leaf_format::Definition) -> Value {
+pub(super) fn definition_json(def: &Definition) -> Value {
     let p = def.props();
     json!({
         "tag": def.base().as_str(),
@@ -120,7 +121,7 @@ pub(super) async fn create_tag(
 ) -> Result<Response, ApiError> {
     let created = ops::create_tag(
         &state,
-        ops::CreateTag {
+        leaf_business::CreateTag {
             tag: body.tag,
             max_id: body.max_id,
             step: body.step,
@@ -133,8 +134,8 @@ pub(super) async fn create_tag(
     )
     .await?;
     let body = match created {
-        ops::Created::Plain(record) => Json(TagJson::new(record, None)).into_response(),
-        ops::Created::Business(def) => Json(definition_json(&def)).into_response(),
+        Created::Plain(record) => Json(TagJson::new(record, None)).into_response(),
+        Created::Business(def) => Json(definition_json(&def)).into_response(),
     };
     Ok((StatusCode::CREATED, body).into_response())
 }

@@ -4,8 +4,9 @@
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use leaf_business::Joined;
 use leaf_core::format_utc_ms;
-use leaf_format::{Joined, SnowflakeForm};
+use leaf_format::SnowflakeForm;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

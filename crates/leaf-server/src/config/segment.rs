@@ -135,7 +135,7 @@ impl SegmentSection {
             .iter()
             .map(|t| {
                 let new = Tag::new(t).map(NewTag::new).and_then(|new| {
-                    leaf_format::check_new_plain(&new)?;
+                    leaf_business::check_new_plain(&new)?;
                     Ok(new)
                 });
                 new.map_err(|e| Error::Config(format!("segment.seed_tags: {t:?}: {e}")))

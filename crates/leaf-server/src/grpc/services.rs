@@ -2,8 +2,8 @@
 //! twin, and calls the twin's operation in `crate::ops`.
 
 use axum::extract::ConnectInfo;
+use leaf_business::{CreateTag, Created, Definition};
 use leaf_core::{TagRecord, TagUpdate, format_utc_ms};
-use leaf_format::Definition;
 use leaf_segment::TagSnapshot;
 use tonic::service::Routes;
 use tonic::{Request, Response, Status};
@@ -215,7 +215,7 @@ impl Admin for Rpc {
         let r = req.into_inner();
         let row = ops::create_tag(
             &self.state,
-            ops::CreateTag {
+            CreateTag {
                 tag: r.tag,
                 max_id: r.max_id,
                 step: r.step,
@@ -229,8 +229,8 @@ impl Admin for Rpc {
         .await
         .map_err(status)?;
         Ok(Response::new(match row {
-            ops::Created::Plain(row) => tag_message(row, None),
-            ops::Created::Business(def) => business_message(&def, Vec::new()),
+            Created::Plain(row) => tag_message(row, None),
+            Created::Business(def) => business_message(&def, Vec::new()),
         }))
     }
 
