@@ -1,29 +1,22 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-mod admin;
-mod api;
-mod backend;
-mod backends;
+// Each folder is what it serves, or what it is: the HTTP routes and the connection they run on
+// (`http`), the gRPC services (`grpc`), the console's pages (`console`), the node and what it
+// does (`node`: its state, its operations, its start-up), and the composition of the backends
+// the configuration chooses (`compose`).
 pub mod cli;
-pub mod config;
-mod error;
+mod compose;
+mod console;
 pub mod grpc;
-mod hosts;
-mod identity;
+mod http;
 pub mod logging;
-pub mod metrics;
-mod one_node;
-mod ops;
-mod pages;
-pub mod peer_clock;
+mod node;
 pub mod probe;
-pub mod server;
-mod sniff;
-mod state;
-mod write_timeout;
 
-pub use api::app;
+pub use compose::config;
 pub use config::Config;
-pub use error::ApiError;
-pub use state::{AppState, SegmentService, SnowflakeService};
+pub use http::{app, peer_clock};
+pub use node::error::ApiError;
+pub use node::state::{AppState, SegmentService, SnowflakeService};
+pub use node::{metrics, server};

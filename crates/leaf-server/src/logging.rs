@@ -3,7 +3,7 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{LogConfig, LogFormat};
+use crate::compose::config::{LogConfig, LogFormat};
 
 /// Installs the global subscriber; an error if one is installed already or the filter is bad.
 pub fn init(config: &LogConfig) -> anyhow::Result<()> {

@@ -1,5 +1,5 @@
 //! The token rules of the HTTP API, on gRPC metadata: `authorization: Bearer <token>`, compared
-//! in constant time by the same functions (`crate::admin`). The ID and leasing RPCs follow the
+//! in constant time by the same functions (`crate::http::admin`). The ID and leasing RPCs follow the
 //! client rule (`server.client_token`); the Admin service the admin rule (`server.admin_token`,
 //! or with none a loopback peer that calls the server by a loopback name, here its
 //! `:authority`). gRPC clients are no browsers (a page cannot send gRPC: it cannot read
@@ -12,9 +12,9 @@ use axum::extract::ConnectInfo;
 use tonic::{Request, Status};
 
 use super::{CalledAs, status};
-use crate::admin::{Schemes, check, check_client, loopback_name};
-use crate::error::ApiError;
-use crate::state::AppState;
+use crate::http::admin::{Schemes, check, check_client, loopback_name};
+use crate::node::error::ApiError;
+use crate::node::state::AppState;
 
 fn authorization<T>(req: &Request<T>) -> Option<&[u8]> {
     req.metadata().get("authorization").map(|v| v.as_bytes())

@@ -15,7 +15,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-use crate::state::AppState;
+use crate::node::state::AppState;
 
 /// How often `Watch` looks at the readiness again.
 const WATCH_EVERY: Duration = Duration::from_secs(1);

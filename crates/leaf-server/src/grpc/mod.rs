@@ -1,6 +1,6 @@
 //! The gRPC API (`proto/leaf/v1/leaf.proto`, package `leaf.v1`) on the HTTP port: services
 //! `leaf.v1.Segment`, `leaf.v1.Snowflake` and `leaf.v1.Admin`, each RPC the twin of an HTTP
-//! route and answered by the same code (`crate::ops`); `grpc.health.v1.Health` with each
+//! route and answered by the same code (`crate::node::ops`); `grpc.health.v1.Health` with each
 //! mode's readiness as `/readyz` gives it; and server reflection (v1 and v1alpha), so that
 //! tools such as `grpcurl` need no copy of the `.proto`.
 //!
@@ -28,8 +28,8 @@ use tower::Service as _;
 pub use observe::METHODS;
 pub(crate) use status::status;
 
-use crate::error::ApiError;
-use crate::state::AppState;
+use crate::node::error::ApiError;
+use crate::node::state::AppState;
 
 /// The code generated from `proto/leaf/v1/leaf.proto` (committed; `tests/proto.rs` fails when it
 /// drifts from the `.proto`): the messages, a client and a server trait per service.

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, Response};
 use http_body::{Frame, SizeHint};
 use tonic::Code;
 
-use crate::state::AppState;
+use crate::node::state::AppState;
 
 /// Every method the server answers, as its metrics label (`/package.Service/Method`); any
 /// other path is counted as `unknown`, so a client cannot grow the label set.

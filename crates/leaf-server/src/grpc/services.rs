@@ -1,5 +1,5 @@
 //! The services of `leaf.v1`: each RPC reads its request, applies the token rule of its HTTP
-//! twin, and calls the twin's operation in `crate::ops`.
+//! twin, and calls the twin's operation in `crate::node::ops`.
 
 use axum::extract::ConnectInfo;
 use leaf_business::{CreateTag, Created, Definition};
@@ -14,9 +14,9 @@ use super::pb::snowflake_server::{Snowflake, SnowflakeServer};
 use super::pb::{self, *};
 use super::stream::{self, IdStream};
 use super::{auth, health, status};
-use crate::metrics::Family;
-use crate::ops;
-use crate::state::AppState;
+use crate::node::metrics::Family;
+use crate::node::ops;
+use crate::node::state::AppState;
 
 /// Every service of the gRPC API, requests limited to `server.max_body_bytes`.
 pub(super) fn routes(state: &AppState, closing: tokio::sync::watch::Receiver<bool>) -> Routes {

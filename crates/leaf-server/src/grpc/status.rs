@@ -1,6 +1,6 @@
 //! Errors over gRPC: each [`ApiError`] (the HTTP answer of the same failure) as a gRPC status,
 //! with Leaf's numeric code in the status details, and the same message, which never carries
-//! a backend's text (`crate::error::public_reason`).
+//! a backend's text (`crate::node::error::public_reason`).
 //!
 //! | `leaf_core::Error` kind or server rule | HTTP | gRPC |
 //! |---|---|---|
@@ -23,7 +23,7 @@ use prost::Message as _;
 use tonic::{Code, Status};
 
 use super::pb::ErrorDetail;
-use crate::error::{ApiError, CODE_EXHAUSTED};
+use crate::node::error::{ApiError, CODE_EXHAUSTED};
 
 /// The type URL of [`ErrorDetail`] in a `google.protobuf.Any`.
 pub(crate) const ERROR_DETAIL_TYPE: &str = "type.googleapis.com/leaf.v1.ErrorDetail";
@@ -83,7 +83,7 @@ pub(crate) fn status(e: ApiError) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Origin;
+    use crate::node::error::Origin;
     use leaf_core::Error;
 
     /// The table of the module's docs, kind by kind, with Leaf's code in the details.

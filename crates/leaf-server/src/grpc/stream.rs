@@ -24,8 +24,8 @@ use futures::stream::BoxStream;
 use tonic::Status;
 
 use super::status;
-use crate::error::ApiError;
-use crate::state::{AppState, GrpcLimits};
+use crate::node::error::ApiError;
+use crate::node::state::{AppState, GrpcLimits};
 
 /// How long a stream keeps trying a chunk that finds IDs unavailable (HTTP 503).
 pub(super) const RETRY_FOR: Duration = Duration::from_secs(5);

@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{JsonBody, RestPath};
-use crate::admin::Admin;
-use crate::error::ApiError;
-use crate::ops;
-use crate::state::AppState;
+use crate::http::admin::Admin;
+use crate::node::error::ApiError;
+use crate::node::ops;
+use crate::node::state::AppState;
 
 #[derive(Serialize)]
 pub(super) struct TagJson {

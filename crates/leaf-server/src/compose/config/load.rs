@@ -121,7 +121,7 @@ fn known_keys() -> KnownKeys {
         out.leaves.insert(key);
     }
     // Each backend's table, as its compiled-in type's defaults name the keys.
-    for choice in crate::backends::choices() {
+    for choice in crate::compose::backends::choices() {
         if let Some(Value::Dict(_, d)) = choice.defaults() {
             walk(choice.path, &d, &mut out);
         }
@@ -224,24 +224,25 @@ pub(super) mod tests {
     use super::*;
     #[cfg(all(feature = "sqlite", feature = "local"))]
     use {
-        crate::config::read, leaf_core::SnowflakeLayout, leaf_registry_local::LocalRegistryConfig,
+        crate::compose::config::read, leaf_core::SnowflakeLayout,
+        leaf_registry_local::LocalRegistryConfig,
     };
 
-    pub(in crate::config) fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    pub(in crate::compose::config) fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
         vars.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     }
 
     /// The keys whose default is a number (the aliases count as numbers but `url`).
-    pub(in crate::config) fn known_numeric_keys() -> BTreeSet<String> {
+    pub(in crate::compose::config) fn known_numeric_keys() -> BTreeSet<String> {
         let mut defaults = Figment::from(Serialized::defaults(Config::default()));
-        for choice in crate::backends::choices() {
+        for choice in crate::compose::backends::choices() {
             if let Some(d) = choice.defaults() {
                 defaults = defaults.merge(Serialized::default(choice.path, d));
             }
         }
-        let aliases = crate::config::ALIASES
+        let aliases = crate::compose::config::ALIASES
             .iter()
             .filter(|(_, _, range)| range.is_some())
             .map(|(k, _, _)| format!("segment.{k}"));
@@ -253,7 +254,10 @@ pub(super) mod tests {
             .collect()
     }
 
-    pub(in crate::config) fn load_toml(text: &str, vars: &[(&str, &str)]) -> Result<Loaded> {
+    pub(in crate::compose::config) fn load_toml(
+        text: &str,
+        vars: &[(&str, &str)],
+    ) -> Result<Loaded> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("leaf.toml");
         std::fs::write(&path, text).unwrap();
@@ -281,7 +285,7 @@ pub(super) mod tests {
 
     #[test]
     fn the_readme_lists_every_key_with_its_default() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../../README.md");
         let start = readme.find("```toml\n").expect("a toml block") + "```toml\n".len();
         let len = readme[start..].find("```").expect("its end");
         let mut c = load_toml(&readme[start..start + len], &[]).unwrap().config;
@@ -294,10 +298,12 @@ pub(super) mod tests {
             other => other,
         };
         // Each table once (the ZooKeeper modes share theirs), read by a compiled-in backend.
-        let paths: BTreeSet<&str> = crate::backends::choices().map(|c| c.path).collect();
+        let paths: BTreeSet<&str> = crate::compose::backends::choices()
+            .map(|c| c.path)
+            .collect();
         for section in paths
             .into_iter()
-            .filter_map(crate::config::tables::of_table)
+            .filter_map(crate::compose::config::tables::of_table)
         {
             let (head, name) = section.path.split_once('.').unwrap();
             let tables = match head {
@@ -378,8 +384,9 @@ pub(super) mod tests {
             "log.level",
         ] {
             // A backend's keys are known when its crate is compiled in.
-            let uncompiled = crate::backends::choices().any(|s| {
-                let built = crate::config::tables::of_table(s.path).is_some_and(|b| b.compiled());
+            let uncompiled = crate::compose::backends::choices().any(|s| {
+                let built =
+                    crate::compose::config::tables::of_table(s.path).is_some_and(|b| b.compiled());
                 key.starts_with(&format!("{}.", s.path)) && !built
             });
             assert!(known.contains(key) || uncompiled, "{key}");

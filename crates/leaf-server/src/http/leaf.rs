@@ -8,10 +8,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Params, RestPath, parse_id};
-use crate::admin::ClientAccess;
-use crate::error::ApiError;
-use crate::ops;
-use crate::state::AppState;
+use crate::http::admin::ClientAccess;
+use crate::node::error::ApiError;
+use crate::node::ops;
+use crate::node::state::AppState;
 
 pub(super) async fn leaf_segment(
     _: ClientAccess,

@@ -11,10 +11,10 @@ use leaf_core::{Error, SnowflakeLayout, Tag};
 use leaf_segment::{LoadObserver, SegmentAllocator};
 use leaf_snowflake::{Snowflake, SnowflakeState};
 
-use crate::config::Config;
-use crate::error::{ApiError, CODE_SEGMENTS_NOT_READY, Origin, public_reason};
-use crate::hosts::AllowedHosts;
-use crate::metrics::Metrics;
+use crate::compose::config::Config;
+use crate::http::hosts::AllowedHosts;
+use crate::node::error::{ApiError, CODE_SEGMENTS_NOT_READY, Origin, public_reason};
+use crate::node::metrics::Metrics;
 
 /// The shared state of the HTTP handlers. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -67,7 +67,7 @@ impl AppState {
                     segment_store: config.segment.store.clone(),
                     snowflake_mode: config.snowflake.mode.clone(),
                 },
-                one_node_warnings: crate::one_node::warnings(config),
+                one_node_warnings: crate::node::one_node::warnings(config),
                 admin_token: config.server.admin_token.clone(),
                 client_token: config.server.client_token.clone(),
                 metrics_token: config.server.metrics_token.clone(),

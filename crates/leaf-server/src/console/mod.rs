@@ -2,16 +2,18 @@
 //! pages (Bearer, or HTTP Basic with the token as the password), each with an opt-in
 //! `?refresh=N`.
 
+pub(crate) mod pages;
+
 use axum::extract::State;
 use axum::response::Html;
 use leaf_core::Clock as _;
 use serde::Deserialize;
 
-use super::Params;
-use crate::admin::AdminPage;
-use crate::error::{ApiError, Origin};
-use crate::pages::{self, ModeInfo, NodeInfo, Page, SnowflakeView};
-use crate::state::AppState;
+use crate::http::Params;
+use crate::http::admin::AdminPage;
+use crate::node::error::{ApiError, Origin};
+use crate::node::state::AppState;
+use pages::{ModeInfo, NodeInfo, Page, SnowflakeView};
 
 /// The longest refresh period a page accepts, in seconds.
 const MAX_REFRESH_S: u32 = 3600;

@@ -3,8 +3,8 @@
 //! hand out the same segment IDs and the same snowflake IDs, and nothing else would say so: the
 //! server logs these warnings at start-up and the console's index shows them.
 
-use crate::backends::choices;
-use crate::config::Config;
+use crate::compose::backends::choices;
+use crate::compose::config::Config;
 
 /// What the configuration leaves on a one-node default, one sentence each naming what to set
 /// for a second node; empty when neither enabled mode is on one.
@@ -51,7 +51,7 @@ fn others(key: &str, one: &str) -> String {
 fn on_default_worker_id(config: &Config) -> bool {
     use leaf_registry_local::{LocalRegistryConfig, WorkerIdFrom};
     // A table that does not read is refused at load; here it only means "not the default".
-    crate::config::read::<LocalRegistryConfig>(
+    crate::compose::config::read::<LocalRegistryConfig>(
         config.snowflake.backends.get("local"),
         "snowflake.local",
     )
@@ -74,7 +74,7 @@ mod tests {
 
     fn loaded(vars: &[(&str, &str)]) -> Config {
         let env = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        crate::config::load(None, env).unwrap().config
+        crate::compose::config::load(None, env).unwrap().config
     }
 
     /// `(segment warned, snowflake warned)` for the configuration of `vars`.

@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 
 use super::tags::TagJson;
 use super::{OptionalJsonBody, Params, RestPath};
-use crate::admin::{ClientAccess, LeaseAccess, peer};
-use crate::error::ApiError;
-use crate::metrics::Family;
-use crate::ops;
-use crate::state::AppState;
+use crate::http::admin::{ClientAccess, LeaseAccess, peer};
+use crate::node::error::ApiError;
+use crate::node::metrics::Family;
+use crate::node::ops;
+use crate::node::state::AppState;
 
 /// The last segment of the allocate route's path.
 const ALLOCATE: &str = "/allocate";

@@ -17,7 +17,7 @@ pub struct SnowflakeSection {
     /// Serve snowflake mode. Default `true`.
     pub enabled: bool,
     /// The workerId mode: the `mode` name of a line of the server's table of backends
-    /// (`crate::backends::BACKENDS`), behind that line's cargo feature; its settings are the
+    /// (`crate::compose::backends::BACKENDS`), behind that line's cargo feature; its settings are the
     /// table `[snowflake.<table>]` (`zk` for both ZooKeeper modes). Default `local`.
     pub mode: String,
     /// The epoch, Unix milliseconds. Default 1288834974657 (Twitter's, Leaf's).

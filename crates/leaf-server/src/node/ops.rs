@@ -1,6 +1,6 @@
 //! What the HTTP routes and the gRPC RPCs do, written once: each operation checks its input
 //! by the server's rules, does the work, counts what it issued and maps errors to
-//! [`ApiError`]. The HTTP handlers (`crate::api`) and the gRPC services (`crate::grpc`) only
+//! [`ApiError`]. The HTTP handlers (`crate::http`) and the gRPC services (`crate::grpc`) only
 //! read their requests and write their answers around these calls, so the two APIs cannot
 //! drift apart in what they allow, issue or refuse.
 
@@ -11,9 +11,9 @@ use leaf_business::{CreateTag, Created, Definition, Joined, Listed};
 use leaf_format::SnowflakeForm;
 use leaf_segment::SegmentAllocator;
 
-use crate::error::{ApiError, Origin};
-use crate::metrics::Family;
-use crate::state::AppState;
+use crate::node::error::{ApiError, Origin};
+use crate::node::metrics::Family;
+use crate::node::state::AppState;
 
 /// `count` within `1..=max`, else the 400 (`INVALID_ARGUMENT`) naming the bounds.
 pub(crate) fn check_count(count: u64, max: usize) -> Result<usize, ApiError> {
@@ -77,7 +77,7 @@ pub(crate) async fn segment_batch(
     let ids = taken.render_joined().map_err(|e| {
         state.metrics().format_overflow(&tag);
         let mut answer = ApiError::from_core(Origin::Segment, e);
-        answer.code = crate::error::CODE_FORMAT_OVERFLOW;
+        answer.code = crate::node::error::CODE_FORMAT_OVERFLOW;
         answer
     })?;
     state.metrics().segment_issued(&tag, ids.len() as u64);

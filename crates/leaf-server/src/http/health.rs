@@ -6,9 +6,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::admin::MetricsAccess;
-use crate::metrics::Exposition;
-use crate::state::AppState;
+use crate::http::admin::MetricsAccess;
+use crate::node::metrics::Exposition;
+use crate::node::state::AppState;
 
 pub(super) async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))

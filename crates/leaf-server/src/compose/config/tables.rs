@@ -1,6 +1,6 @@
 //! The backends' tables of a configuration: which backend `segment.store` and
 //! `snowflake.mode` choose, each table read into its backend's type (through
-//! `crate::backends`) and checked by the backend's rules, errors naming the server's keys. The
+//! `crate::compose::backends`) and checked by the backend's rules, errors naming the server's keys. The
 //! check reads the chosen backends' tables, and start-up reads them again into the typed values
 //! it opens the backends with; a configuration keeps no reading of its own.
 
@@ -8,7 +8,7 @@ use figment::value::{Dict, Value};
 use leaf_core::{Error, Result};
 
 use super::{Alias, Config, SegmentSection, error_path, in_section};
-use crate::backends::{Choice, ReadError, Typed, choices};
+use crate::compose::backends::{Choice, ReadError, Typed, choices};
 
 /// The backend `key = "name"` chooses, compiled in or not; `Config` listing the known names
 /// when there is none.

@@ -35,7 +35,7 @@ pub struct SegmentSection {
     /// Failed loads are retried with a backoff growing up to this. Default 5000.
     pub retry_backoff_max_ms: u64,
     /// The store: the `store` name of a line of the server's table of backends
-    /// (`crate::backends::BACKENDS`), behind that line's cargo feature; its settings are the
+    /// (`crate::compose::backends::BACKENDS`), behind that line's cargo feature; its settings are the
     /// table `[segment.<table>]`. Default `sqlite`.
     pub store: String,
     /// Tags created at start-up when missing (an existing row is never touched).

@@ -1,6 +1,6 @@
 //! The composition: the segment store and the workerId registry the configuration chooses,
 //! opened from the configurations its check read (`config::tables`), through the backends'
-//! descriptors (`crate::backends`, one line per backend). Asking for a backend that was not
+//! descriptors (`crate::compose::backends`, one line per backend). Asking for a backend that was not
 //! compiled in fails start-up with a message naming the feature to enable.
 
 use std::sync::Arc;
@@ -10,8 +10,8 @@ use leaf_core::WorkerIdRegistry;
 use leaf_core::backend::Registry;
 use leaf_core::{Error, Result, SegmentStore};
 
-use crate::config::Config;
-use crate::config::tables::{alias_named, chosen, keyed, mode_config, store_config};
+use crate::compose::config::Config;
+use crate::compose::config::tables::{alias_named, chosen, keyed, mode_config, store_config};
 
 /// Opens the segment store named by `segment.store`. A store that cannot be opened for a
 /// reason that may pass (a server down, a file locked by another program) is returned behind a
@@ -73,7 +73,7 @@ mod tests {
     use figment::value::Value;
 
     use super::*;
-    use crate::backends::{BACKENDS, choices};
+    use crate::compose::backends::{BACKENDS, choices};
 
     /// The chosen store's configuration, as its type `C`.
     #[allow(dead_code, reason = "used by the stores compiled in")]
@@ -132,7 +132,7 @@ mod tests {
     fn every_backend_feature_of_the_server_has_its_tables_and_crate() {
         // The server's features (Cargo.toml) against the backends it composes: each backend
         // feature names one leaf-registry-* crate of the workspace and has a table here.
-        let manifest = include_str!("../Cargo.toml");
+        let manifest = include_str!("../../Cargo.toml");
         let features = &manifest[manifest.find("[features]").unwrap()..];
         let features = &features[..features.find("\n[").unwrap()];
         let mut backends = Vec::new();
@@ -192,7 +192,7 @@ mod tests {
                 ("LEAF_SEGMENT__STORE".to_owned(), store.to_owned()),
                 (var.clone(), (*value).to_owned()),
             ];
-            let config = crate::config::load(None, env)
+            let config = crate::compose::config::load(None, env)
                 .unwrap_or_else(|e| panic!("{var}: {e}"))
                 .config;
             let c: C = store_as(&config).unwrap();
@@ -349,7 +349,7 @@ mod tests {
         let load_toml = |text: &str| {
             let path = dir.path().join("leaf.toml");
             std::fs::write(&path, text).unwrap();
-            crate::config::load(Some(&path), Vec::new())
+            crate::compose::config::load(Some(&path), Vec::new())
         };
         for db in ["mysql", "postgres"] {
             let file = format!(
@@ -372,10 +372,12 @@ mod tests {
             let var = format!("LEAF_SNOWFLAKE__{}__FENCE_ON_DISCONNECT", db.to_uppercase());
             let mode = "LEAF_SNOWFLAKE__MODE".to_owned();
             let loaded =
-                crate::config::load(None, [(mode, db.to_owned()), (var, "true".into())]).unwrap();
+                crate::compose::config::load(None, [(mode, db.to_owned()), (var, "true".into())])
+                    .unwrap();
             assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
             let unknown = format!("LEAF_SEGMENT__{}__FENCE_ON_DISCONNECT", db.to_uppercase());
-            let loaded = crate::config::load(None, [(unknown, "true".to_owned())]).unwrap();
+            let loaded =
+                crate::compose::config::load(None, [(unknown, "true".to_owned())]).unwrap();
             assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
         }
         let mut c = Config::default();

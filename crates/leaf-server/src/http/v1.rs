@@ -11,10 +11,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{Params, RestPath, parse_id};
-use crate::admin::ClientAccess;
-use crate::error::ApiError;
-use crate::ops;
-use crate::state::AppState;
+use crate::http::admin::ClientAccess;
+use crate::node::error::ApiError;
+use crate::node::ops;
+use crate::node::state::AppState;
 
 #[derive(Deserialize)]
 pub(super) struct BatchParams {
@@ -189,7 +189,7 @@ pub(super) async fn v1_segment_decode(
     let def = ops::business_definition(&state, &raw).await?;
     let (period, value) = def
         .decode(&text)
-        .map_err(|e| ApiError::from_core(crate::error::Origin::Other, e))?;
+        .map_err(|e| ApiError::from_core(crate::node::error::Origin::Other, e))?;
     Ok(Json(json!({
         "tag": def.base().as_str(),
         "id": text,

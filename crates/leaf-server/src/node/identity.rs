@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use leaf_core::{Error, NodeIdentity, Result};
 
-use crate::config::SnowflakeSection;
+use crate::compose::config::SnowflakeSection;
 
 /// Resolves the identity. `listen_port` is the port actually bound.
 pub(crate) fn node_identity(cfg: &SnowflakeSection, listen_port: u16) -> Result<NodeIdentity> {

@@ -29,16 +29,16 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tower::Service as _;
 
-use crate::api::app;
-use crate::backend;
-use crate::config::{Config, Loaded, ServerConfig};
+use crate::compose::config::{Config, Loaded, ServerConfig};
+use crate::compose::open;
 use crate::grpc::{Grpc, is_grpc};
-use crate::identity;
-use crate::metrics::Metrics;
-use crate::peer_clock;
-use crate::sniff::{Activity, InFlight, SniffTimeout};
-use crate::state::{AppState, LoadMetrics, SegmentService, SnowflakeService};
-use crate::write_timeout::WriteTimeout;
+use crate::http::app;
+use crate::http::peer_clock;
+use crate::http::sniff::{Activity, InFlight, SniffTimeout};
+use crate::http::write_timeout::WriteTimeout;
+use crate::node::identity;
+use crate::node::metrics::Metrics;
+use crate::node::state::{AppState, LoadMetrics, SegmentService, SnowflakeService};
 use leaf_segment::warm;
 
 /// How far back "recently used" reaches for the warm-restart list.
@@ -99,9 +99,9 @@ pub async fn start(config: &Config, local: SocketAddr) -> anyhow::Result<Running
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let metrics = Arc::new(Metrics::new());
     let layout = config.snowflake.layout()?;
-    crate::config::SnowflakeSection::check_layout_now(&layout, clock.now_ms())?;
+    crate::compose::config::SnowflakeSection::check_layout_now(&layout, clock.now_ms())?;
     let warm_file = warm::path(&config.snowflake.cache_dir, &config.name);
-    for warning in crate::one_node::warnings(config) {
+    for warning in crate::node::one_node::warnings(config) {
         tracing::warn!("{warning}");
     }
     let mut tasks = Vec::new();
@@ -201,7 +201,7 @@ async fn start_segment(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<SegmentService> {
     let seeds = config.segment.seed_tags()?;
-    let store = backend::segment_store(config).await?;
+    let store = open::segment_store(config).await?;
     tracing::info!(store = store.kind(), "segment store configured");
     let allocator =
         SegmentAllocator::new(store, Arc::clone(clock), config.segment.allocator_config())
@@ -288,7 +288,7 @@ async fn start_snowflake(
     let leaf_core::backend::Registry {
         worker: registry,
         peers,
-    } = backend::registry(config).await?;
+    } = open::registry(config).await?;
     if let Some(directory) = peers {
         let checked = leaf_snowflake::peers::gate(
             directory.as_ref(),
@@ -312,7 +312,7 @@ async fn start_snowflake(
         generator_config.clone(),
     )
     .await
-    .map_err(|e| backend::mode_error(config, e));
+    .map_err(|e| open::mode_error(config, e));
     match first {
         Ok(generator) => {
             tasks.push(generator.spawn_renewer());
@@ -429,7 +429,7 @@ impl From<Router> for Frontend {
 /// Accepts connections until `shutdown` completes, then stops accepting and gives the requests
 /// in flight `server.shutdown_timeout_s` to finish. Each connection speaks HTTP/1.1 or
 /// HTTP/2 (h2c, which gRPC uses), told apart by its first bytes, which must arrive within
-/// `server.idle_timeout_s` (`crate::sniff`).
+/// `server.idle_timeout_s` (`crate::http::sniff`).
 pub async fn serve(
     listener: TcpListener,
     frontend: impl Into<Frontend>,
@@ -476,7 +476,7 @@ pub async fn serve(
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             // The peer comes from the socket, for the admin rule; never from a header.
             req.extensions_mut().insert(ConnectInfo(peer));
-            // HTTP/2's idle time is counted from its last request's end (`crate::sniff`); an
+            // HTTP/2's idle time is counted from its last request's end (`crate::http::sniff`); an
             // HTTP/1 connection's is hyper's.
             let in_flight = (req.version() == hyper::Version::HTTP_2).then(|| requests.begin());
             let answer = frontend.clone().call(req);

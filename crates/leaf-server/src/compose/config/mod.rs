@@ -300,7 +300,7 @@ impl ServerConfig {
         check_token("server.admin_token", &self.admin_token)?;
         check_token("server.client_token", &self.client_token)?;
         check_token("server.metrics_token", &self.metrics_token)?;
-        if let Err(why) = crate::hosts::AllowedHosts::parse(&self.allowed_hosts) {
+        if let Err(why) = crate::http::hosts::AllowedHosts::parse(&self.allowed_hosts) {
             return bad("server.allowed_hosts", why);
         }
         check_bounds(&[
@@ -530,7 +530,7 @@ mod tests {
 
     /// Whether `key` is in a backend's table (`segment.mysql.timeout_ms`).
     fn in_backend_table(key: &str) -> bool {
-        crate::backends::choices().any(|c| key.starts_with(&format!("{}.", c.path)))
+        crate::compose::backends::choices().any(|c| key.starts_with(&format!("{}.", c.path)))
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! feature is off keeps the backend's names and feature (a stub), so that asking for it fails
 //! start-up with a message naming the feature.
 //!
-//! This module knows no configuration: `crate::config` reads and checks the backends' tables
-//! through it, and `crate::backend` opens the chosen ones.
+//! This module knows no configuration: `crate::compose::config` reads and checks the backends' tables
+//! through it, and `crate::compose::open` opens the chosen ones.
 
 use std::any::Any;
 use std::marker::PhantomData;

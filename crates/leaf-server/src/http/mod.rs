@@ -2,12 +2,16 @@
 //! readiness and metrics. [`app`] builds the router; it needs no socket, so tests drive it with
 //! `tower::ServiceExt::oneshot`.
 
+pub(crate) mod admin;
 mod client;
-mod console;
 mod health;
+pub(crate) mod hosts;
 mod leaf;
+pub mod peer_clock;
+pub(crate) mod sniff;
 mod tags;
 mod v1;
+pub(crate) mod write_timeout;
 
 use std::time::Instant;
 
@@ -24,8 +28,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
 use serde::de::DeserializeOwned;
 
-use crate::error::ApiError;
-use crate::state::AppState;
+use crate::node::error::ApiError;
+use crate::node::state::AppState;
 
 /// The router of every route, with request metrics and the body limit.
 pub fn app(state: AppState) -> Router {
@@ -85,17 +89,17 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/snowflake", ids(get(v1::v1_snowflake), "GET"))
         .route("/v1/snowflake/{id}/decode", get(v1::v1_decode))
         .route("/v1/decode/{*tag}", get(v1::v1_segment_decode))
-        .route("/v1/time", get(crate::peer_clock::time_route))
+        .route("/v1/time", get(crate::http::peer_clock::time_route))
         .route("/v1/tags", get(tags::list_tags).post(tags::create_tag))
         .route(
             "/v1/tags/{*tag}",
             get(client::get_tag).patch(tags::update_tag),
         )
         // The console.
-        .route("/", get(console::index))
-        .route("/cache", get(console::cache))
-        .route("/db", get(console::db))
-        .route("/snowflake", get(console::snowflake))
+        .route("/", get(crate::console::index))
+        .route("/cache", get(crate::console::cache))
+        .route("/db", get(crate::console::db))
+        .route("/snowflake", get(crate::console::snowflake))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
@@ -124,7 +128,7 @@ async fn safety_headers(req: Request, next: Next) -> Response {
     resp
 }
 
-/// The `server.allowed_hosts` rule, on every route (`crate::hosts` says why): a request that
+/// The `server.allowed_hosts` rule, on every route (`crate::http::hosts` says why): a request that
 /// calls the server by a name not listed, in `Host` or in an absolute request target, or by
 /// none, is refused (403) before any handler runs.
 async fn allowed_host(State(state): State<AppState>, req: Request, next: Next) -> Response {

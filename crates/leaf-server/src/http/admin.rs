@@ -32,9 +32,9 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use base64::Engine;
 
-use crate::error::ApiError;
-use crate::hosts::{AllowedHosts, split_port};
-use crate::state::AppState;
+use crate::http::hosts::{AllowedHosts, split_port};
+use crate::node::error::ApiError;
+use crate::node::state::AppState;
 
 /// Proof that a request passed the admin rule (and, for a write, the origin rule); take it as
 /// a handler argument of the admin API.

@@ -1,0 +1,11 @@
+//! The node: what every handler shares (`state`), what the HTTP routes and the gRPC RPCs do
+//! (`ops`, answering [`ApiError`](error::ApiError)), its start-up, serving and shutdown
+//! (`server`), its identity, the warnings of a one-node default, and its metrics.
+
+pub(crate) mod error;
+pub(crate) mod identity;
+pub mod metrics;
+pub(crate) mod one_node;
+pub(crate) mod ops;
+pub mod server;
+pub(crate) mod state;
