@@ -2,6 +2,7 @@
 //! pages (Bearer, or HTTP Basic with the token as the password), each with an opt-in
 //! `?refresh=N`.
 
+mod html;
 pub(crate) mod pages;
 
 use axum::extract::State;
@@ -13,7 +14,8 @@ use crate::http::Params;
 use crate::http::admin::AdminPage;
 use crate::node::error::{ApiError, Origin};
 use crate::node::state::AppState;
-use pages::{ModeInfo, NodeInfo, Page, SnowflakeView};
+use html::Page;
+use pages::{ModeInfo, NodeInfo, SnowflakeView};
 
 /// The longest refresh period a page accepts, in seconds.
 const MAX_REFRESH_S: u32 = 3600;
@@ -74,7 +76,7 @@ pub(super) async fn index(
 fn segment_disabled(page: Page, title: &str, refresh: Option<u32>) -> Html<String> {
     let body = "<p class=\"muted\">Segment mode is disabled (<code>segment.enabled = \
                 false</code>).</p>\n";
-    Html(pages::page(page, title, now_ms(), refresh, body))
+    Html(html::page(page, title, now_ms(), refresh, body))
 }
 
 pub(super) async fn cache(

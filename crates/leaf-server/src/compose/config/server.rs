@@ -1,0 +1,259 @@
+//! `[server]` (the listener, its limits and timeouts, the tokens, the names it answers to) and
+//! `[log]`.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use leaf_core::Result;
+use serde::{Deserialize, Serialize};
+
+use super::redact::redacted;
+use super::{bad, check_bounds};
+
+/// `[server]`.
+#[derive(Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The address to listen on. Default `0.0.0.0:8080`.
+    pub listen: SocketAddr,
+    /// The bearer token of the admin routes (`/v1/tags`, `PATCH /v1/tags/{tag}`, `/cache`,
+    /// `/db`). Default empty: the admin routes serve loopback peers only. Behind a reverse proxy
+    /// on the same host every client looks local, so such deployments must set a token.
+    pub admin_token: String,
+    /// The bearer token of the ID routes (`/api/segment/get`, `/api/snowflake/get`,
+    /// `/v1/segment`, `/v1/snowflake`) and of the routes of clients that lease segments
+    /// (`POST /v1/segment/{tag}/allocate`, `GET /v1/tags/{tag}`). Default empty: those routes
+    /// are open to every client, as in Leaf. Leaf's own clients send no token: set it only
+    /// when every client does.
+    pub client_token: String,
+    /// The bearer token of `/metrics`, which names every tag. Default empty: `/metrics` takes
+    /// `client_token` when that is set, and is open to every client when neither is.
+    pub metrics_token: String,
+    /// The names a request may call this server by (its `Host`), each `name` (any port) or
+    /// `name:port`, compared without regard to letter case; an IP address and `localhost`
+    /// always pass (no DNS name: nothing to rebind). A list, or one string of comma-separated
+    /// entries. Default empty: any `Host`. Set it where a node is reached by name: a page whose
+    /// name an attacker points at the node (DNS rebinding) is refused on every route, and
+    /// only a page of a listed name may send `POST /v1/segment/{tag}/allocate` from a browser.
+    #[serde(deserialize_with = "list_or_commas")]
+    pub allowed_hosts: Vec<String>,
+    /// The largest `count` of one batch request. Default 10000.
+    pub max_batch: usize,
+    /// The largest request body, in bytes. Default 65536.
+    pub max_body_bytes: usize,
+    /// The largest request head (request line and headers), in bytes; at least 8192.
+    /// Default 16384.
+    pub max_header_bytes: usize,
+    /// A connection that has not sent a complete request head within this many seconds is closed;
+    /// this bounds idle keep-alive connections and slow clients alike. A request body gets as
+    /// long (then 408), and so do a connection's first bytes, which tell HTTP/1.1 from HTTP/2.
+    /// An HTTP/2 connection (gRPC, h2c) with no request in flight for as long is closed.
+    /// Default 30.
+    pub idle_timeout_s: u64,
+    /// A connection whose response cannot be written for this many seconds (the client does not
+    /// read it) is closed, so that a client pipelining requests it never reads holds no memory.
+    /// Like nginx's `send_timeout`, it bounds a stall, not a slow but steady reader. Default 30.
+    pub write_timeout_s: u64,
+    /// At shutdown, requests in flight get this many seconds to finish. Default 10.
+    pub shutdown_timeout_s: u64,
+    /// Serve the gRPC API (`proto/leaf/v1/leaf.proto`) on the same port, to requests whose
+    /// `Content-Type` is `application/grpc`. Default true; false answers them as HTTP (a JSON
+    /// 404 from the router's fallback, which a gRPC client reports as an error).
+    pub grpc: bool,
+    /// The most IDs one gRPC stream (`StreamSegmentIds`, `StreamSnowflakeIds`) may ask for.
+    /// Default 1000000.
+    pub grpc_max_stream_ids: u64,
+    /// The IDs per message of a stream that asks for chunk 0, lowered to `max_batch` when above
+    /// it (`max_batch` also caps the chunk a stream may ask for). Default 1000.
+    pub grpc_chunk: usize,
+    /// The most concurrent HTTP/2 streams (gRPC calls in flight) on one connection. Default 256.
+    pub http2_max_concurrent_streams: u32,
+    /// An HTTP/2 connection is pinged after this many seconds without a frame, and closed when
+    /// the ping is not answered within as many seconds again. Default 20.
+    pub http2_keepalive_s: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            admin_token: String::new(),
+            client_token: String::new(),
+            metrics_token: String::new(),
+            allowed_hosts: Vec::new(),
+            max_batch: 10_000,
+            max_body_bytes: 64 * 1024,
+            max_header_bytes: 16 * 1024,
+            idle_timeout_s: 30,
+            write_timeout_s: 30,
+            shutdown_timeout_s: 10,
+            grpc: true,
+            grpc_max_stream_ids: 1_000_000,
+            grpc_chunk: 1000,
+            http2_max_concurrent_streams: 256,
+            http2_keepalive_s: 20,
+        }
+    }
+}
+
+impl fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("listen", &self.listen)
+            .field("admin_token", &redacted(&self.admin_token))
+            .field("client_token", &redacted(&self.client_token))
+            .field("metrics_token", &redacted(&self.metrics_token))
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("max_batch", &self.max_batch)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_header_bytes", &self.max_header_bytes)
+            .field("idle_timeout_s", &self.idle_timeout_s)
+            .field("write_timeout_s", &self.write_timeout_s)
+            .field("shutdown_timeout_s", &self.shutdown_timeout_s)
+            .field("grpc", &self.grpc)
+            .field("grpc_max_stream_ids", &self.grpc_max_stream_ids)
+            .field("grpc_chunk", &self.grpc_chunk)
+            .field(
+                "http2_max_concurrent_streams",
+                &self.http2_max_concurrent_streams,
+            )
+            .field("http2_keepalive_s", &self.http2_keepalive_s)
+            .finish()
+    }
+}
+
+/// A list as a list, or as one string of comma-separated entries (the form an environment
+/// variable gives most easily: `LEAF_SERVER__ALLOWED_HOSTS=leaf.example,leaf.example:8080`).
+fn list_or_commas<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum List {
+        List(Vec<String>),
+        Commas(String),
+    }
+    Ok(match List::deserialize(d)? {
+        List::List(list) => list,
+        List::Commas(text) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    })
+}
+
+/// `[log]`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (human-readable lines) or `json` (one object per line). Default `text`.
+    pub format: LogFormat,
+    /// A `tracing` filter: a level (`info`) or directives (`info,leaf_segment=debug`).
+    /// Default `info`.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+/// How log lines look.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl ServerConfig {
+    pub(super) fn validate(&self) -> Result<()> {
+        check_token("server.admin_token", &self.admin_token)?;
+        check_token("server.client_token", &self.client_token)?;
+        check_token("server.metrics_token", &self.metrics_token)?;
+        if let Err(why) = crate::http::hosts::AllowedHosts::parse(&self.allowed_hosts) {
+            return bad("server.allowed_hosts", why);
+        }
+        check_bounds(&[
+            ("server.max_batch", self.max_batch as u64, 1, 1_000_000),
+            (
+                "server.max_body_bytes",
+                self.max_body_bytes as u64,
+                1,
+                64 << 20,
+            ),
+            // hyper needs 8192 for its read buffer.
+            (
+                "server.max_header_bytes",
+                self.max_header_bytes as u64,
+                8192,
+                1 << 20,
+            ),
+            // Far above any need, and far from overflowing an `Instant`.
+            ("server.idle_timeout_s", self.idle_timeout_s, 1, 86_400),
+            ("server.write_timeout_s", self.write_timeout_s, 1, 86_400),
+            (
+                "server.shutdown_timeout_s",
+                self.shutdown_timeout_s,
+                0,
+                3_600,
+            ),
+            // A stream's count is a uint32 in the .proto.
+            (
+                "server.grpc_max_stream_ids",
+                self.grpc_max_stream_ids,
+                1,
+                u64::from(u32::MAX),
+            ),
+            ("server.grpc_chunk", self.grpc_chunk as u64, 1, 1_000_000),
+            (
+                "server.http2_max_concurrent_streams",
+                u64::from(self.http2_max_concurrent_streams),
+                1,
+                10_000,
+            ),
+            ("server.http2_keepalive_s", self.http2_keepalive_s, 1, 3_600),
+        ])
+    }
+}
+
+/// A token travels as `Authorization: Bearer <token>`. A character that a header value cannot
+/// carry (a control character, a line break; anything beyond ASCII, which RFC 9110 leaves
+/// obsolete and clients encode differently), or a space or tab at either end (header parsers
+/// strip it), makes a token that no request can present: refused, naming the key and where
+/// the character is, never the token.
+fn check_token(key: &str, token: &str) -> Result<()> {
+    let sendable = |c: char| c.is_ascii_graphic() || c == ' ' || c == '\t';
+    if let Some((i, c)) = token.chars().enumerate().find(|&(_, c)| !sendable(c)) {
+        let kind = if c.is_ascii() {
+            "a control character"
+        } else {
+            "a character beyond ASCII"
+        };
+        return bad(
+            key,
+            format!(
+                "character {} of the token is {kind}, which an HTTP header cannot carry (the \
+                 token is sent as Authorization: Bearer <token>); use visible ASCII",
+                i + 1
+            ),
+        );
+    }
+    if token.starts_with([' ', '\t']) || token.ends_with([' ', '\t']) {
+        return bad(
+            key,
+            "the token starts or ends with a space or tab, which HTTP header parsers strip, so \
+             no request could present it"
+                .into(),
+        );
+    }
+    Ok(())
+}
