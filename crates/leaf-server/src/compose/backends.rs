@@ -5,8 +5,8 @@
 //! feature is off keeps the backend's names and feature (a stub), so that asking for it fails
 //! start-up with a message naming the feature.
 //!
-//! This module knows no configuration: `crate::compose::config` reads and checks the backends' tables
-//! through it, and `crate::compose::open` opens the chosen ones.
+//! Also the opening of the ones the configuration chooses ([`segment_store`], [`registry`]),
+//! from the tables `crate::compose::config` read and checked through the same lines.
 
 use std::any::Any;
 use std::marker::PhantomData;
@@ -14,8 +14,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use figment::value::{Dict, Value};
+#[cfg(test)]
+use leaf_core::WorkerIdRegistry;
 use leaf_core::backend::{Descriptor, Registry};
 use leaf_core::{BoxFuture, Error, Result, SegmentStore, StoreCapabilities};
+
+use crate::compose::config::Config;
+use crate::compose::config::tables::{alias_named, chosen, keyed, mode_config, store_config};
 
 /// A backend, compiled in or not. Built by the `backend!` macro from one line.
 pub(crate) struct Entry {
@@ -253,18 +258,57 @@ impl<D: Descriptor> DynDescriptor for Erased<D> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A line's names are its descriptor's: the stub of a backend not compiled in says what
-    /// the crate would.
-    #[test]
-    fn each_lines_names_are_its_descriptors() {
-        for e in BACKENDS {
-            if let Some(imp) = e.imp {
-                assert_eq!(imp.names(), (e.store, e.mode, e.table), "{}", e.feature);
-            }
+/// Opens the segment store named by `segment.store`. A store that cannot be opened for a
+/// reason that may pass (a server down, a file locked by another program) is returned behind a
+/// [`DeferredStore`](leaf_segment::DeferredStore): segment mode starts not ready and its
+/// start-up retries reach the store through it. Refused credentials, a corrupt file and the
+/// like still stop start-up.
+pub(crate) async fn segment_store(config: &Config) -> Result<Arc<dyn SegmentStore>> {
+    let seg = &config.segment;
+    let (store, typed) = store_config(config)?;
+    let imp = store.imp().expect("a chosen store is compiled in");
+    let caps = imp.store_capabilities(&typed);
+    let name = config.name.clone();
+    let connect = move || imp.open_store(typed.clone(), name.clone());
+    match connect().await {
+        Ok(opened) => Ok(opened),
+        Err(e) if e.is_retryable() => {
+            let kind = store.table();
+            tracing::warn!(store = kind, error = %e, "the segment store cannot be opened yet; retrying");
+            let connect: leaf_segment::Connect = Box::new(connect);
+            let deferred = leaf_segment::DeferredStore::new(kind, caps, connect);
+            Ok(Arc::new(deferred))
         }
+        Err(e) => Err(alias_named(keyed(&store, e), seg, &store)),
     }
 }
+
+/// The worker-id registry named by `snowflake.mode`.
+#[cfg(test)]
+pub(crate) async fn worker_registry(config: &Config) -> Result<Arc<dyn WorkerIdRegistry>> {
+    Ok(registry(config).await?.worker)
+}
+
+/// The worker-id registry named by `snowflake.mode`, with its peer directory. Nothing is
+/// contacted yet: a registry reaches its server at its first `acquire`, so that a start from
+/// the cache file works while the server is down.
+pub(crate) async fn registry(config: &Config) -> Result<Registry> {
+    let (mode, typed) = mode_config(config)?;
+    let imp = mode.imp().expect("a chosen mode is compiled in");
+    let sf = &config.snowflake;
+    imp.open_registry(&typed, sf.cache_dir.as_path(), &config.name)
+        .map_err(|e| keyed(&mode, e))
+}
+
+/// An error of the chosen mode's registry (from `acquire`: an identity missing from
+/// `work_id_map`, a TTL the generator cannot renew within), its fields named as the server's
+/// keys: the one generic place for them.
+pub(crate) fn mode_error(config: &Config, e: Error) -> Error {
+    match chosen("snowflake.mode", &config.snowflake.mode) {
+        Ok(m) => keyed(&m, e),
+        Err(_) => e,
+    }
+}
+
+#[cfg(test)]
+mod tests;

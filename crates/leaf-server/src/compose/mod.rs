@@ -1,6 +1,5 @@
-//! The composition: the configuration (`config`), the table of backends the server may compose
-//! (`backends`, one line each) and the opening of the ones the configuration chooses (`open`).
+//! The composition: the configuration (`config`), and the table of backends the server may
+//! compose (`backends`, one line each), which also opens the ones the configuration chooses.
 
 pub(crate) mod backends;
 pub mod config;
-pub(crate) mod open;

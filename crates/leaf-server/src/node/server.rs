@@ -29,8 +29,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tower::Service as _;
 
+use crate::compose::backends;
 use crate::compose::config::{Config, Loaded, ServerConfig};
-use crate::compose::open;
 use crate::grpc::{Grpc, is_grpc};
 use crate::http::app;
 use crate::http::peer_clock;
@@ -201,7 +201,7 @@ async fn start_segment(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<SegmentService> {
     let seeds = config.segment.seed_tags()?;
-    let store = open::segment_store(config).await?;
+    let store = backends::segment_store(config).await?;
     tracing::info!(store = store.kind(), "segment store configured");
     let allocator =
         SegmentAllocator::new(store, Arc::clone(clock), config.segment.allocator_config())
@@ -288,7 +288,7 @@ async fn start_snowflake(
     let leaf_core::backend::Registry {
         worker: registry,
         peers,
-    } = open::registry(config).await?;
+    } = backends::registry(config).await?;
     if let Some(directory) = peers {
         let checked = leaf_snowflake::peers::gate(
             directory.as_ref(),
@@ -312,7 +312,7 @@ async fn start_snowflake(
         generator_config.clone(),
     )
     .await
-    .map_err(|e| open::mode_error(config, e));
+    .map_err(|e| backends::mode_error(config, e));
     match first {
         Ok(generator) => {
             tasks.push(generator.spawn_renewer());

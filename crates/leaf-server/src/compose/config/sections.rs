@@ -1,6 +1,6 @@
 //! The backends' own sections, `[segment.<store>]` and `[snowflake.<mode>]`: kept as read, and
 //! deserialized straight into the backend crate's configuration type by the one place that
-//! composes the backends (`crate::compose::open`). The server restates none of their fields.
+//! composes the backends (`crate::compose::backends`). The server restates none of their fields.
 
 use std::collections::BTreeMap;
 use std::fmt;
