@@ -131,8 +131,7 @@ impl BusinessTags {
 
     /// Whether `base` is known here as a business tag (no I/O: the hot path of plain tags).
     pub fn is_known(&self, base: &str) -> bool {
-        let defs = self.defs.read().unwrap_or_else(PoisonError::into_inner);
-        !defs.is_empty() && defs.contains_key(base)
+        self.known(base).is_some()
     }
 
     /// Whether the row `name` belongs to a business tag known here: its claim, definition or

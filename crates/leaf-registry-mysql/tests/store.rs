@@ -4,7 +4,7 @@
 
 mod common;
 
-use leaf_core::{Error, SegmentStore, Tag};
+use leaf_core::{SegmentStore, Tag};
 use leaf_registry_mysql::{LEAF_ALLOC_DDL, MysqlConfig, MysqlStore};
 use leaf_testkit::sql::database;
 use sqlx::{AssertSqlSafe, Connection, MySqlConnection, Row};
@@ -128,17 +128,11 @@ async fn credentials_refused_while_serving_are_unavailable() {
             .await
             .unwrap();
     }
-    let e = store
-        .allocate(&tag, None)
-        .await
-        .expect_err("refused credentials");
-    assert!(
-        matches!(&e, Error::Unavailable(_)) && e.is_retryable(),
-        "refused credentials while serving: {e:?}"
-    );
-    let text = e.to_string();
-    assert!(
-        !text.contains("Access denied") && !text.contains(&user),
-        "the server's text reached the message: {text}"
-    );
+    leaf_testkit::sql_cases::store::refused_credentials_while_serving_are_unavailable(
+        &store,
+        &tag,
+        "Access denied",
+        &user,
+    )
+    .await;
 }

@@ -346,17 +346,7 @@ async fn the_readmes_postgresql_section_runs_as_written() {
             .await
             .unwrap_or_else(|e| panic!("{statement}: {e}"));
     }
-    let (segment, snowflake) = tokio::task::spawn_blocking(move || {
-        let got = (
-            node.get("/api/segment/get/order").body,
-            node.get("/api/snowflake/get/x").status,
-        );
-        assert!(node.sigterm().0.success());
-        got
-    })
-    .await
-    .unwrap();
-    assert_eq!((segment.as_str(), snowflake), ("1", 200));
+    common::sql::serves_the_readmes_order_tag_then_stops(node).await;
     as_role.close().await;
     for cleanup in [
         format!("DROP DATABASE {database}"),

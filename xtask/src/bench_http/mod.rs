@@ -50,8 +50,8 @@ const SNOWFLAKE: &str = "/api/snowflake/get/x";
 const BATCH: &str = "/v1/segment/leaf-segment-test?count=1000";
 const SNOWFLAKE_BATCH: &str = "/v1/snowflake?count=10000";
 
-/// `bench-http [SECONDS] [--store sqlite|mysql|postgres|redis|etcd]... [--snowflake-load
-/// [--server PATH]] [--grpc] [--formatted]`.
+/// `bench-http [SECONDS] [--store NAME]... [--snowflake-load [--server PATH]] [--grpc]
+/// [--formatted]`, NAME being `sqlite` or a backend row's store that the benchmark takes.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 10;
     let mut stores: Vec<String> = Vec::new();
@@ -63,9 +63,10 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--store" => {
+                let names = Store::known();
                 stores.push(
                     it.next()
-                        .context("--store needs sqlite, mysql, postgres, redis or etcd")?
+                        .with_context(|| format!("--store needs sqlite or one of {names}"))?
                         .clone(),
                 );
             }

@@ -15,7 +15,7 @@ use leaf_server::config::Config;
 use leaf_server::server::Running;
 
 use super::router::{call, ok};
-use super::{command, free_port};
+use super::{Server, command, free_port};
 
 /// The seed tag of the default configuration.
 pub(crate) const SEED_TAG: &str = "leaf-segment-test";
@@ -99,4 +99,20 @@ pub(crate) async fn a_refused_password_fails_start_up_without_showing_it(
     assert!(!log.contains(wrong), "the password is in the log:\n{log}");
     let redacted = leaf_server::config::redact_url(&shown);
     assert!(log.contains(&redacted), "the log shows {redacted}:\n{log}");
+}
+
+/// `node`, a README's node, answers the first ID of its tag `order` and a snowflake ID, then
+/// stops cleanly on SIGTERM.
+pub(crate) async fn serves_the_readmes_order_tag_then_stops(node: Server) {
+    let (segment, snowflake) = tokio::task::spawn_blocking(move || {
+        let got = (
+            node.get("/api/segment/get/order").body,
+            node.get("/api/snowflake/get/x").status,
+        );
+        assert!(node.sigterm().0.success());
+        got
+    })
+    .await
+    .unwrap();
+    assert_eq!((segment.as_str(), snowflake), ("1", 200));
 }

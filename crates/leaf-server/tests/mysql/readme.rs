@@ -182,17 +182,7 @@ async fn the_readmes_mysql_tables_made_by_a_dba_serve_without_create() {
     for s in statements(&sql[2], &db, &user) {
         exec(&as_user, s).await;
     }
-    let (segment, snowflake) = tokio::task::spawn_blocking(move || {
-        let got = (
-            node.get("/api/segment/get/order").body,
-            node.get("/api/snowflake/get/x").status,
-        );
-        assert!(node.sigterm().0.success());
-        got
-    })
-    .await
-    .unwrap();
-    assert_eq!((segment.as_str(), snowflake), ("1", 200));
+    crate::common::sql::serves_the_readmes_order_tag_then_stops(node).await;
     as_user.close().await;
     user.drop_on(&root).await;
 }

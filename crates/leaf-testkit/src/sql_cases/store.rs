@@ -82,3 +82,27 @@ pub async fn leafs_seed_row_allocates_as_leaf_does(store: &dyn leaf_core::Segmen
         "an allocation sets update_time: {rec:?}"
     );
 }
+
+/// Credentials the server refuses once `store` served (changed or revoked while serving):
+/// allocating `tag` is a retryable `Unavailable`, whose text shows neither the server's own
+/// words (`server_text`) nor the user's name.
+pub async fn refused_credentials_while_serving_are_unavailable(
+    store: &dyn leaf_core::SegmentStore,
+    tag: &leaf_core::Tag,
+    server_text: &str,
+    user: &str,
+) {
+    let e = store
+        .allocate(tag, None)
+        .await
+        .expect_err("refused credentials");
+    assert!(
+        matches!(&e, Error::Unavailable(_)) && e.is_retryable(),
+        "refused credentials while serving: {e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        !text.contains(server_text) && !text.contains(user),
+        "the server's text reached the message: {text}"
+    );
+}

@@ -158,7 +158,7 @@ impl SegmentSection {
     }
 
     /// Bounds the numbers, then applies the allocator's own rules (named by these keys). The
-    /// store's table is its crate's to check (`config::tables::check`).
+    /// store's table is its crate's to check (`compose::config::tables::check`).
     pub(super) fn validate(&self) -> Result<()> {
         const HOUR_MS: u64 = 3_600_000;
         const MONTH_S: u64 = 30 * 86_400;

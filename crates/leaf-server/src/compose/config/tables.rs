@@ -113,8 +113,8 @@ fn tables(config: &Config) -> impl Iterator<Item = (&'static str, &str, &Value)>
 /// segment mode is enabled, the chosen mode's when snowflake mode is, and every other table
 /// present whose backend is compiled in, in the order they come. A table no backend has is an
 /// unknown key. A store or mode this build lacks is refused when the server starts, naming its
-/// feature; an unknown name here. The chosen backends' configurations are kept, read, for the
-/// start.
+/// feature; an unknown name here. Nothing read is kept: start-up reads the chosen tables again
+/// into the typed values it opens the backends with ([`store_config`], [`mode_config`]).
 pub(crate) fn check(config: &Config) -> Result<()> {
     let chosen_of = |enabled: bool, key: &str, name: &str| {
         enabled
