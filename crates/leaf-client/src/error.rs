@@ -42,20 +42,25 @@ struct Body {
     message: String,
 }
 
-/// Judges an answer of `status` with `body` (the servers' `{"code", "message"}`, or anything
-/// else a proxy may have sent) and its `Retry-After`.
+/// Judges an answer of `status` with `body` and its `Retry-After`. Only the servers' own
+/// `{"code", "message"}` can end a call: any other body (a proxy's, a firewall's) moves on to
+/// the next endpoint, whatever its status.
 pub(crate) fn judge(
     status: u16,
     body: &[u8],
     retry_after: Option<Duration>,
     token: TokenKind,
 ) -> Verdict {
-    let (code, message) = match serde_json::from_slice::<Body>(body) {
-        Ok(b) => (b.code, b.message),
-        Err(_) => (
-            i64::from(status),
-            String::from_utf8_lossy(body).into_owned(),
-        ),
+    let Ok(Body { code, message }) = serde_json::from_slice::<Body>(body) else {
+        // Not the server's word: a proxy's or a firewall's page in front of this endpoint
+        // says nothing about the others, whatever its status.
+        return Verdict::MoveOn {
+            why: format!(
+                "{status}, not from leaf-server: {}",
+                clip(&String::from_utf8_lossy(body))
+            ),
+            retry_after,
+        };
     };
     let message = clip(&message);
     let strip = |prefix: &str| message.strip_prefix(prefix).unwrap_or(&message).to_owned();
@@ -185,8 +190,35 @@ mod tests {
         check(429, 429, Some(3));
         // A proxy's page is not JSON.
         match judge(502, b"<html>bad gateway</html>", None, TokenKind::Client) {
-            Verdict::MoveOn { why, .. } => assert_eq!(why, "502: <html>bad gateway</html>"),
+            Verdict::MoveOn { why, .. } => {
+                assert_eq!(why, "502, not from leaf-server: <html>bad gateway</html>");
+            }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_foreign_4xx_moves_on() {
+        // The statuses that are final in the servers' own JSON are not in a proxy's page.
+        for status in [400, 401, 403, 404, 409, 413, 415, 422] {
+            for page in [
+                &b"<html>blocked by the firewall</html>"[..],
+                b"",
+                br#"{"error":"x"}"#,
+            ] {
+                match judge(
+                    status,
+                    page,
+                    Some(Duration::from_secs(2)),
+                    TokenKind::Client,
+                ) {
+                    Verdict::MoveOn { why, retry_after } => {
+                        assert!(why.starts_with(&format!("{status}, not from leaf-server")));
+                        assert_eq!(retry_after, Some(Duration::from_secs(2)));
+                    }
+                    other => panic!("{status}: {other:?}"),
+                }
+            }
         }
     }
 

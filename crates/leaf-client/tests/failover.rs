@@ -358,3 +358,68 @@ async fn a_server_without_segment_mode_is_passed_over() {
         "{status:?}"
     );
 }
+
+/// A proxy in front of an endpoint that answers every request with `status` and a body of its
+/// own (a WAF's HTML page, a load balancer's text), on a real loopback socket: its URL.
+async fn foreign_answerer(status: u16, content_type: &'static str, body: &'static str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                // The request's head (the client's bodies are small), then one answer.
+                let mut buf = vec![0; 64 * 1024];
+                let _ = socket.read(&mut buf).await;
+                let answer = format!(
+                    "HTTP/1.1 {status} Foreign\r\ncontent-type: {content_type}\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_4xx_moves_on_to_the_next_server() {
+    let b = Cluster::start(1, &[]);
+    create_tag(&client(b.urls()).build().unwrap(), "t", 10).await;
+    let foreign = [
+        (
+            403,
+            "text/html",
+            "<html><body>Request blocked by WAF</body></html>",
+        ),
+        (401, "text/plain", "login required"),
+        (400, "text/html", "<h1>Bad Request</h1>"),
+        (413, "text/html", "<h1>413 Request Entity Too Large</h1>"),
+        (415, "text/plain", "unsupported"),
+        (409, "text/plain", "conflict"),
+        (404, "application/json", r#"{"error":"no route"}"#),
+    ];
+    for (status, content_type, body) in foreign {
+        let proxy = foreign_answerer(status, content_type, body).await;
+        let c = client(vec![proxy, b.urls()[0].clone()]).build().unwrap();
+        let a = c
+            .store()
+            .allocate(&tag("t"), None)
+            .await
+            .unwrap_or_else(|e| panic!("{status} {body}: the second server serves: {e}"));
+        assert!(!a.range().is_empty());
+        let ids = c.snowflake_ids(2).await;
+        assert!(ids.is_ok(), "{status}: {ids:?}");
+        let status_now = c.endpoints();
+        assert!(
+            status_now[1].preferred && !status_now[0].preferred,
+            "{status}: {status_now:?}"
+        );
+        assert_eq!(status_now[0].last_status, Some(status), "{status_now:?}");
+        assert!(status_now[0].failed >= 1, "{status}: {status_now:?}");
+    }
+}
