@@ -2,9 +2,8 @@
 //! in constant time by the same functions (`crate::http::admin`). The ID and leasing RPCs follow the
 //! client rule (`server.client_token`); the Admin service the admin rule (`server.admin_token`,
 //! or with none a loopback peer that calls the server by a loopback name, here its
-//! `:authority`). gRPC clients are no browsers (a page cannot send gRPC: it cannot read
-//! trailers, and its `Content-Type` would need a preflight that no route here answers), so the
-//! origin rules of HTTP writes have nothing to look at.
+//! `:authority`). A browser's request never gets this far: `super::limits` refuses gRPC over
+//! HTTP/1.x and any request that carries `Origin` or `Sec-Fetch-*`.
 
 use std::net::SocketAddr;
 

@@ -6,12 +6,15 @@
 //!
 //! The server's accept loop hands a request here when its `Content-Type` is
 //! `application/grpc` (and `server.grpc` is on), before the HTTP router and its layers: the
-//! JSON 404 fallback, the body limit and the safety headers are HTTP's. Here the request
-//! gets the host rule (`server.allowed_hosts`, on `:authority`), the message size limit
-//! (`server.max_body_bytes`), the token rules in the services, and per-RPC metrics.
+//! JSON 404 fallback and the safety headers are HTTP's. Here the request gets HTTP's rules in
+//! their gRPC form: HTTP/2 only and no browsers (`limits`), the host rule
+//! (`server.allowed_hosts`, on `:authority`), the body's time and size (`limits::Bounded`,
+//! `server.idle_timeout_s` and `server.max_body_bytes`), the token rules in the services, and
+//! per-RPC metrics.
 
 mod auth;
 mod health;
+mod limits;
 mod observe;
 mod services;
 mod status;
@@ -75,7 +78,7 @@ impl Grpc {
     /// Answers one gRPC request, counting it by method and final code.
     pub(crate) async fn call<B>(&self, mut req: Request<B>) -> Result<Response<Body>, Infallible>
     where
-        B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+        B: http_body::Body<Data = axum::body::Bytes> + Send + Unpin + 'static,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let start = Instant::now();
@@ -88,11 +91,22 @@ impl Grpc {
                 let host = req.headers().get(header::HOST)?;
                 Some(host.to_str().unwrap_or("").to_owned())
             });
+        if let Some(refusal) = limits::refusal(req.version(), req.headers()) {
+            // Over HTTP/1.x the answer is HTTP's (the client is not speaking gRPC's transport).
+            let resp = if req.version() < axum::http::Version::HTTP_2 {
+                axum::response::IntoResponse::into_response(refusal)
+            } else {
+                status(refusal).into_http::<Body>()
+            };
+            return Ok(observe::observe(resp, &self.state, method, start));
+        }
         if let Err(refusal) = auth::allowed_host(&self.state, called_as.as_deref()) {
             let resp = status(refusal).into_http::<Body>();
             return Ok(observe::observe(resp, &self.state, method, start));
         }
         req.extensions_mut().insert(CalledAs(called_as));
+        let (timeout, max) = (self.state.body_timeout(), self.state.max_body_bytes());
+        let req = req.map(|body| limits::Bounded::new(body, timeout, max));
         let Ok(resp) = self.routes.clone().call(req).await;
         let resp = if is_tonics_size_refusal(resp.headers()) {
             let limit = self.state.max_body_bytes();

@@ -9,9 +9,12 @@
 //! | `AlreadyExists` (`CreateTag`) | 409 | `ALREADY_EXISTS` |
 //! | `Unavailable`, `ClockMovedBackwards`, `ClockJumpedForward`, `LeaseLost`, `Backend` | 503 | `UNAVAILABLE` |
 //! | `Exhausted` (a tag's IDs or the layout's timestamps run out, -5) | 503 | `OUT_OF_RANGE` |
+//! | a business tag past its width until the next period (-6) | 503 | `OUT_OF_RANGE` |
 //! | a mode switched off (`segment.enabled = false`) | 404 | `FAILED_PRECONDITION` |
 //! | no token, or the wrong one | 401 | `UNAUTHENTICATED` |
-//! | the loopback rule, `server.allowed_hosts` | 403 | `PERMISSION_DENIED` |
+//! | the loopback rule, `server.allowed_hosts`, a browser's request | 403 | `PERMISSION_DENIED` |
+//! | a request that did not end within `server.idle_timeout_s` | 408 | `DEADLINE_EXCEEDED` |
+//! | more than one message of `server.max_body_bytes`; too many health watches | 413, 429 | `RESOURCE_EXHAUSTED` |
 //! | anything else (`Config`: a bug) | 500 | `INTERNAL` |
 //!
 //! The details (`grpc-status-details-bin`) are a `google.rpc.Status` holding one
@@ -23,7 +26,7 @@ use prost::Message as _;
 use tonic::{Code, Status};
 
 use super::pb::ErrorDetail;
-use crate::node::error::{ApiError, CODE_EXHAUSTED};
+use crate::node::error::{ApiError, CODE_EXHAUSTED, CODE_FORMAT_OVERFLOW};
 
 /// The type URL of [`ErrorDetail`] in a `google.protobuf.Any`.
 pub(crate) const ERROR_DETAIL_TYPE: &str = "type.googleapis.com/leaf.v1.ErrorDetail";
@@ -43,7 +46,9 @@ pub(crate) struct RpcStatus {
 pub(crate) fn code(e: &ApiError) -> Code {
     match e.status.as_u16() {
         _ if e.mode_disabled => Code::FailedPrecondition,
-        _ if e.code == CODE_EXHAUSTED => Code::OutOfRange,
+        // Neither comes back by asking again: a tag's IDs ran out, or a business tag's values
+        // passed their width for the rest of this period.
+        _ if e.code == CODE_EXHAUSTED || e.code == CODE_FORMAT_OVERFLOW => Code::OutOfRange,
         400 => Code::InvalidArgument,
         401 => Code::Unauthenticated,
         403 => Code::PermissionDenied,
@@ -51,7 +56,7 @@ pub(crate) fn code(e: &ApiError) -> Code {
         405 => Code::Unimplemented,
         408 => Code::DeadlineExceeded,
         409 => Code::AlreadyExists,
-        413 => Code::ResourceExhausted,
+        413 | 429 => Code::ResourceExhausted,
         503 => Code::Unavailable,
         _ => Code::Internal,
     }
@@ -152,7 +157,16 @@ mod tests {
             Code::OutOfRange,
             -5,
         );
+        // A business tag past its width until the next period: asking again does not help.
+        let mut overflow = core(Origin::Segment, Error::Unavailable("width".into()));
+        overflow.code = crate::node::error::CODE_FORMAT_OVERFLOW;
+        check(overflow, Code::OutOfRange, -6);
         check(ApiError::disabled("segment"), Code::FailedPrecondition, 404);
+        let http =
+            |status: u16| ApiError::new(axum::http::StatusCode::from_u16(status).unwrap(), "no");
+        check(http(408), Code::DeadlineExceeded, 408);
+        check(http(413), Code::ResourceExhausted, 413);
+        check(http(429), Code::ResourceExhausted, 429);
         check(
             ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "no"),
             Code::Unauthenticated,

@@ -46,6 +46,7 @@ pub(super) fn plan(state: &AppState, count: u32, chunk: u32) -> Result<Plan, Api
     let limits = state.grpc().unwrap_or(GrpcLimits {
         max_stream_ids: 1_000_000,
         chunk: 1000,
+        max_watches: 1024,
     });
     check(limits, state.max_batch(), count, chunk)
 }
@@ -112,6 +113,7 @@ mod tests {
         let limits = GrpcLimits {
             max_stream_ids: 1_000_000,
             chunk: 1000,
+            max_watches: 1,
         };
         let check = |count, chunk, expect: Option<(u64, usize)>| {
             let got = check(limits, 10_000, count, chunk);
@@ -146,6 +148,7 @@ mod tests {
             GrpcLimits {
                 max_stream_ids: 100,
                 chunk: 3,
+                max_watches: 1,
             },
             10,
             10,

@@ -11,6 +11,13 @@
 //! connection answers keep-alive pings for ever, so it gets the same bound here: once it has had
 //! no request in flight for the limit ([`Activity`], kept by the server's service), a read that
 //! waits fails with `TimedOut`. A request whose bytes have arrived is always read first.
+//!
+//! While requests are in flight, an HTTP/2 client can still hold the connection for ever by
+//! never opening its flow-control window: hyper then never comes back for the next frame of an
+//! answer (a stream of IDs pins the frame it holds). The server's service notes each frame an
+//! answer's body gives and each time hyper comes back ([`InFlight::produced`],
+//! [`InFlight::taken`]); an answer left unread for `server.write_timeout_s` ends the connection,
+//! as a socket that takes no bytes for that long does (`crate::http::write_timeout`).
 
 use std::io;
 use std::pin::Pin;
@@ -24,38 +31,109 @@ use tokio::time::{Instant, Sleep};
 /// HTTP/2's connection preface.
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// The requests in flight on one connection, and since when it has had none.
+/// The requests in flight on one connection, since when it has had none, and which answers
+/// wait for the client to take them.
 #[derive(Debug)]
-pub(crate) struct Activity(Mutex<(usize, Instant)>);
+pub(crate) struct Activity {
+    state: Mutex<State>,
+    /// How long an answer may wait for its client to take it (`server.write_timeout_s`).
+    unread_limit: Duration,
+}
+
+#[derive(Debug)]
+struct State {
+    in_flight: usize,
+    idle_since: Instant,
+    next: u64,
+    /// The requests whose answer produced a frame that hyper has not come back for (the
+    /// client's flow-control window is shut), by request, since when.
+    unread: Vec<(u64, Instant)>,
+}
 
 impl Activity {
-    /// A connection that starts now, with no request.
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Activity(Mutex::new((0, Instant::now()))))
+    /// A connection that starts now, with no request; an answer left unread for
+    /// `unread_limit` ends it.
+    pub(crate) fn new(unread_limit: Duration) -> Arc<Self> {
+        Arc::new(Activity {
+            state: Mutex::new(State {
+                in_flight: 0,
+                idle_since: Instant::now(),
+                next: 0,
+                unread: Vec::new(),
+            }),
+            unread_limit,
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A request starts; it ends when the returned guard is dropped (with its answer's body).
     pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
-        InFlight(Arc::clone(self))
+        let mut state = self.state();
+        state.in_flight += 1;
+        state.next += 1;
+        InFlight {
+            activity: Arc::clone(self),
+            id: state.next,
+            waiting: false,
+        }
     }
 
     /// Since when the connection has had no request in flight; `None` while it has one.
     fn idle_since(&self) -> Option<Instant> {
-        let (n, since) = *self.0.lock().unwrap_or_else(|p| p.into_inner());
-        (n == 0).then_some(since)
+        let state = self.state();
+        (state.in_flight == 0).then_some(state.idle_since)
+    }
+
+    /// When the answer left unread longest reaches the limit, if one is.
+    fn unread_deadline(&self) -> Option<Instant> {
+        let state = self.state();
+        let oldest = state.unread.iter().map(|&(_, since)| since).min()?;
+        Some(oldest + self.unread_limit)
     }
 }
 
 /// A request in flight; dropping it ends the request.
 #[derive(Debug)]
-pub(crate) struct InFlight(Arc<Activity>);
+pub(crate) struct InFlight {
+    activity: Arc<Activity>,
+    id: u64,
+    /// Whether its answer's last frame waits to be taken.
+    waiting: bool,
+}
+
+impl InFlight {
+    /// The answer's body gave hyper a frame: until hyper comes back for the next one, the
+    /// frame waits for the client's window.
+    pub(crate) fn produced(&mut self) {
+        if !self.waiting {
+            self.waiting = true;
+            let now = Instant::now();
+            self.activity.state().unread.push((self.id, now));
+        }
+    }
+
+    /// hyper came back for the next frame: the last one was taken.
+    pub(crate) fn taken(&mut self) {
+        if self.waiting {
+            self.waiting = false;
+            let id = self.id;
+            self.activity.state().unread.retain(|&(i, _)| i != id);
+        }
+    }
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let mut state = self.0.0.lock().unwrap_or_else(|p| p.into_inner());
-        state.0 = state.0.saturating_sub(1);
-        state.1 = Instant::now();
+        let id = self.id;
+        let mut state = self.activity.state();
+        state.in_flight = state.in_flight.saturating_sub(1);
+        state.idle_since = Instant::now();
+        if self.waiting {
+            state.unread.retain(|&(i, _)| i != id);
+        }
     }
 }
 
@@ -118,21 +196,31 @@ impl<T> SniffTimeout<T> {
                 Sniffed::Matching(_) => self.deadline.deadline(),
                 Sniffed::Http2 => match self.activity.idle_since() {
                     Some(since) => since + self.limit,
-                    None => Instant::now() + self.limit,
+                    // Requests in flight: an answer left unread ends the connection at its
+                    // limit; none, look again within the limits (a frame produced since then
+                    // sets no timer of its own).
+                    None => self.activity.unread_deadline().unwrap_or_else(|| {
+                        Instant::now() + self.limit.min(self.activity.unread_limit)
+                    }),
                 },
             };
             if deadline <= Instant::now() {
-                let what = match self.sniffed {
-                    Sniffed::Http2 => "had no request",
-                    _ => "did not show its protocol",
-                };
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the connection {what} for {} s (server.idle_timeout_s)",
+                let why = match self.sniffed {
+                    Sniffed::Http2 if self.activity.idle_since().is_none() => format!(
+                        "the connection left an answer unread for {} s (server.write_timeout_s)",
+                        self.activity.unread_limit.as_secs()
+                    ),
+                    Sniffed::Http2 => format!(
+                        "the connection had no request for {} s (server.idle_timeout_s)",
                         self.limit.as_secs()
                     ),
-                )));
+                    _ => format!(
+                        "the connection did not show its protocol for {} s \
+                         (server.idle_timeout_s)",
+                        self.limit.as_secs()
+                    ),
+                };
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, why)));
             }
             if self.deadline.deadline() != deadline {
                 self.deadline.as_mut().reset(deadline);
@@ -201,7 +289,11 @@ mod tests {
     use super::*;
 
     fn decided_after(chunks: &[&[u8]]) -> Vec<bool> {
-        let mut s = SniffTimeout::new((), Duration::from_secs(1), Activity::new());
+        let mut s = SniffTimeout::new(
+            (),
+            Duration::from_secs(1),
+            Activity::new(Duration::from_secs(1)),
+        );
         chunks
             .iter()
             .map(|c| {

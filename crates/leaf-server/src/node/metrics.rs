@@ -200,6 +200,8 @@ pub struct Metrics {
     business_loads: RwLock<HashMap<Tag, Arc<Loads>>>,
     snowflake_issued: AtomicU64,
     segment_load_duration: Histogram,
+    connections_open: AtomicU64,
+    connections_refused: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -213,6 +215,8 @@ impl Default for Metrics {
             business_loads: RwLock::default(),
             snowflake_issued: AtomicU64::new(0),
             segment_load_duration: Histogram::new(&LOAD_BUCKETS),
+            connections_open: AtomicU64::new(0),
+            connections_refused: AtomicU64::new(0),
         }
     }
 }
@@ -221,6 +225,21 @@ impl Metrics {
     /// Empty metrics.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A connection was accepted and is served; `connection_closed` when it ends.
+    pub fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A served connection ended.
+    pub fn connection_closed(&self) {
+        self.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A connection was closed at once: `server.max_connections` were open.
+    pub fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one request of `route` (the route's pattern, never the raw path: bounded labels).
@@ -456,6 +475,26 @@ impl Metrics {
                 &[("method", method)],
             );
         }
+        out.family(
+            "leaf_connections_open",
+            "Connections being served (HTTP/1.1 and HTTP/2)",
+            "gauge",
+        );
+        out.sample(
+            "leaf_connections_open",
+            &[],
+            self.connections_open.load(Ordering::Relaxed) as f64,
+        );
+        out.family(
+            "leaf_connections_refused_total",
+            "Connections closed at once because server.max_connections were open",
+            "counter",
+        );
+        out.sample(
+            "leaf_connections_refused_total",
+            &[],
+            self.connections_refused.load(Ordering::Relaxed) as f64,
+        );
         out.family(
             "leaf_segment_load_duration_seconds",
             "Duration of segment loads from the store",

@@ -383,6 +383,7 @@ fn log_snowflake_state(generator: &Snowflake) {
 pub struct Frontend {
     http: Router,
     grpc: Option<Grpc>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Frontend {
@@ -391,6 +392,7 @@ impl Frontend {
         Frontend {
             http: app(state.clone()),
             grpc: state.grpc().map(|_| Grpc::new(state)),
+            metrics: Some(state.shared_metrics()),
         }
     }
 
@@ -422,14 +424,19 @@ impl Frontend {
 /// A router alone: HTTP only.
 impl From<Router> for Frontend {
     fn from(http: Router) -> Self {
-        Frontend { http, grpc: None }
+        Frontend {
+            http,
+            grpc: None,
+            metrics: None,
+        }
     }
 }
 
 /// Accepts connections until `shutdown` completes, then stops accepting and gives the requests
 /// in flight `server.shutdown_timeout_s` to finish. Each connection speaks HTTP/1.1 or
 /// HTTP/2 (h2c, which gRPC uses), told apart by its first bytes, which must arrive within
-/// `server.idle_timeout_s` (`crate::http::sniff`).
+/// `server.idle_timeout_s` (`crate::http::sniff`). At most `server.max_connections` are served
+/// at once; one more is closed as soon as it is accepted.
 pub async fn serve(
     listener: TcpListener,
     frontend: impl Into<Frontend>,
@@ -454,6 +461,8 @@ pub async fn serve(
         .max_concurrent_streams(config.http2_max_concurrent_streams)
         .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
     let write_timeout = Duration::from_secs(config.write_timeout_s);
+    let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
+    let mut refusals = Refusals::default();
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -469,9 +478,17 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            // Closed at once: the client sees a reset and tries another node, and this one
+            // keeps serving the connections it has.
+            drop(stream);
+            refusals.note(config.max_connections, frontend.metrics.as_deref());
+            continue;
+        };
         let _ = stream.set_nodelay(true);
+        let metrics = frontend.metrics.clone();
         let frontend = frontend.clone();
-        let activity = Activity::new();
+        let activity = Activity::new(write_timeout);
         let requests = Arc::clone(&activity);
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             // The peer comes from the socket, for the admin rule; never from a header.
@@ -486,7 +503,7 @@ pub async fn serve(
                     Some(guard) => resp.map(|body| {
                         axum::body::Body::new(Tracked {
                             body,
-                            _in_flight: guard,
+                            in_flight: guard,
                         })
                     }),
                     None => resp,
@@ -499,10 +516,17 @@ pub async fn serve(
             activity,
         ));
         let conn = graceful.watch(builder.serve_connection(io, service).into_owned());
+        if let Some(m) = &metrics {
+            m.connection_opened();
+        }
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
+            if let Some(m) = metrics {
+                m.connection_closed();
+            }
+            drop(slot);
         });
     }
     drop(listener);
@@ -520,10 +544,40 @@ pub async fn serve(
     }
 }
 
-/// An HTTP/2 answer's body, which ends its request (for the idle rule) when hyper drops it.
+/// The connections refused because `server.max_connections` were open: counted, and logged
+/// at most once a minute.
+#[derive(Default)]
+struct Refusals {
+    since_log: u64,
+    logged: Option<std::time::Instant>,
+}
+
+impl Refusals {
+    fn note(&mut self, max: usize, metrics: Option<&Metrics>) {
+        if let Some(m) = metrics {
+            m.connection_refused();
+        }
+        self.since_log += 1;
+        if self
+            .logged
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60))
+        {
+            tracing::warn!(
+                refused = self.since_log,
+                "connections refused: server.max_connections ({max}) are open"
+            );
+            self.since_log = 0;
+            self.logged = Some(std::time::Instant::now());
+        }
+    }
+}
+
+/// An HTTP/2 answer's body, which ends its request (for the idle rule) when hyper drops it,
+/// and notes each frame it gives hyper until hyper comes back for the next (for the rule of
+/// answers left unread, `crate::http::sniff`).
 struct Tracked {
     body: axum::body::Body,
-    _in_flight: InFlight,
+    in_flight: InFlight,
 }
 
 impl http_body::Body for Tracked {
@@ -534,7 +588,13 @@ impl http_body::Body for Tracked {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        let this = &mut *self;
+        this.in_flight.taken();
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(_))) = &polled {
+            this.in_flight.produced();
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -76,6 +76,7 @@ impl AppState {
                 grpc: config.server.grpc.then_some(GrpcLimits {
                     max_stream_ids: config.server.grpc_max_stream_ids,
                     chunk: config.server.grpc_chunk,
+                    max_watches: config.server.grpc_max_watches,
                 }),
                 max_body_bytes: config.server.max_body_bytes,
                 body_timeout: Duration::from_secs(config.server.idle_timeout_s),
@@ -147,6 +148,11 @@ impl AppState {
         &self.inner.metrics
     }
 
+    /// The server's metrics, shared (for the accept loop).
+    pub(crate) fn shared_metrics(&self) -> Arc<Metrics> {
+        Arc::clone(&self.inner.metrics)
+    }
+
     /// Segment mode if enabled, whether ready or not.
     pub fn segment_service(&self) -> Option<&SegmentService> {
         self.inner.segment.as_ref()
@@ -208,6 +214,8 @@ pub(crate) struct GrpcLimits {
     pub(crate) max_stream_ids: u64,
     /// The chunk of a stream that asks for 0.
     pub(crate) chunk: usize,
+    /// The most health `Watch` streams open at once.
+    pub(crate) max_watches: usize,
 }
 
 /// The node as the console shows it: its configuration's name, address and modes, and when

@@ -619,6 +619,62 @@ async fn small_window_stream(
     (segment, stream)
 }
 
+/// The framed gRPC message of `msg`: no compression, 4 bytes of length, the message.
+fn grpc_frame(msg: &impl prost::Message) -> bytes::Bytes {
+    let body = msg.encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&body);
+    framed.into()
+}
+
+/// A gRPC request to `method`, with `headers` besides the usual ones.
+fn grpc_request(s: &Server, method: &str, headers: &[(&str, &str)]) -> axum::http::Request<()> {
+    let mut b = axum::http::Request::post(format!("http://127.0.0.1:{}{method}", s.addr.port()))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(()).unwrap()
+}
+
+/// A `StreamSegmentIds` of a million IDs of `big` in chunks of `chunk`, on a connection of its
+/// own whose client never reads: a 1 KiB stream window, never released. The answer's head, and
+/// the connection's task, which ends when the connection does.
+async fn never_reading_stream(
+    s: &Server,
+    chunk: u32,
+) -> (
+    axum::http::Response<h2::RecvStream>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = TcpStream::connect(s.addr).await.unwrap();
+    let (client, conn) = h2::client::Builder::new()
+        .initial_window_size(1024)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let (resp, mut send) = client
+        .send_request(
+            grpc_request(s, "/leaf.v1.Segment/StreamSegmentIds", &[]),
+            false,
+        )
+        .unwrap();
+    let msg = pb::StreamSegmentIdsRequest {
+        tag: "big".into(),
+        count: 1_000_000,
+        chunk,
+    };
+    send.send_data(grpc_frame(&msg), true).unwrap();
+    let resp = resp.await.unwrap();
+    assert_eq!(resp.status(), 200);
+    (resp, conn)
+}
+
 mod business;
 mod connection;
+mod rules;
 mod streams;

@@ -32,44 +32,11 @@ async fn a_cancelled_stream_takes_no_more_ids() {
     assert_eq!(ids.into_inner().ids, [after_cancel as i64 + 1]);
 }
 
-/// The framed gRPC message of `msg`: no compression, 4 bytes of length, the message.
-fn grpc_frame(msg: &impl prost::Message) -> bytes::Bytes {
-    let body = msg.encode_to_vec();
-    let mut framed = vec![0u8];
-    framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    framed.extend_from_slice(&body);
-    framed.into()
-}
-
 #[tokio::test]
 async fn an_http2_client_that_never_reads_holds_the_server_to_its_window() {
     let s = start(config()).await;
-    let tcp = TcpStream::connect(s.addr).await.unwrap();
     // A 1 KiB stream window, never released: the server may send 1 KiB of this stream.
-    let (client, conn) = h2::client::Builder::new()
-        .initial_window_size(1024)
-        .handshake::<_, bytes::Bytes>(tcp)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let mut client = client.ready().await.unwrap();
-    let req = axum::http::Request::post(format!(
-        "http://127.0.0.1:{}/leaf.v1.Segment/StreamSegmentIds",
-        s.addr.port()
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .unwrap();
-    let (resp, mut send) = client.send_request(req, false).unwrap();
-    let msg = pb::StreamSegmentIdsRequest {
-        tag: "big".into(),
-        count: 1_000_000,
-        chunk: 100,
-    };
-    send.send_data(grpc_frame(&msg), true).unwrap();
-    let resp = resp.await.unwrap();
-    assert_eq!(resp.status(), 200);
+    let (resp, _conn) = never_reading_stream(&s, 100).await;
     // Never read the body. A server that produced into an unbounded buffer would take the
     // whole million in this time.
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -197,9 +197,11 @@ mod tests {
         ("server.max_header_bytes", Some((8192, 1 << 20))),
         ("server.idle_timeout_s", Some((1, 86_400))),
         ("server.write_timeout_s", Some((1, 86_400))),
+        ("server.max_connections", Some((1, 1_000_000))),
         ("server.shutdown_timeout_s", Some((0, 3_600))),
         ("server.grpc_max_stream_ids", Some((1, 4_294_967_295))),
         ("server.grpc_chunk", Some((1, 1_000_000))),
+        ("server.grpc_max_watches", Some((1, 1_000_000))),
         ("server.http2_max_concurrent_streams", Some((1, 10_000))),
         ("server.http2_keepalive_s", Some((1, 3_600))),
         // Between 0 and 1 (leaf-segment's rule).

@@ -52,8 +52,14 @@ pub struct ServerConfig {
     pub idle_timeout_s: u64,
     /// A connection whose response cannot be written for this many seconds (the client does not
     /// read it) is closed, so that a client pipelining requests it never reads holds no memory.
-    /// Like nginx's `send_timeout`, it bounds a stall, not a slow but steady reader. Default 30.
+    /// The same holds for an HTTP/2 answer whose client keeps its flow-control window shut (a
+    /// gRPC stream never read). Like nginx's `send_timeout`, it bounds a stall, not a slow but
+    /// steady reader. Default 30.
     pub write_timeout_s: u64,
+    /// The most connections served at once; one more is closed as soon as it is accepted
+    /// (`leaf_connections_refused_total`). Each connection holds at most
+    /// `http2_max_concurrent_streams` requests. Default 4096.
+    pub max_connections: usize,
     /// At shutdown, requests in flight get this many seconds to finish. Default 10.
     pub shutdown_timeout_s: u64,
     /// Serve the gRPC API (`proto/leaf/v1/leaf.proto`) on the same port, to requests whose
@@ -66,6 +72,9 @@ pub struct ServerConfig {
     /// The IDs per message of a stream that asks for chunk 0, lowered to `max_batch` when above
     /// it (`max_batch` also caps the chunk a stream may ask for). Default 1000.
     pub grpc_chunk: usize,
+    /// The most `grpc.health.v1.Health/Watch` streams open at once on this server (they need
+    /// no token); one more is `RESOURCE_EXHAUSTED`. Default 1024.
+    pub grpc_max_watches: usize,
     /// The most concurrent HTTP/2 streams (gRPC calls in flight) on one connection. Default 256.
     pub http2_max_concurrent_streams: u32,
     /// An HTTP/2 connection is pinged after this many seconds without a frame, and closed when
@@ -86,10 +95,12 @@ impl Default for ServerConfig {
             max_header_bytes: 16 * 1024,
             idle_timeout_s: 30,
             write_timeout_s: 30,
+            max_connections: 4096,
             shutdown_timeout_s: 10,
             grpc: true,
             grpc_max_stream_ids: 1_000_000,
             grpc_chunk: 1000,
+            grpc_max_watches: 1024,
             http2_max_concurrent_streams: 256,
             http2_keepalive_s: 20,
         }
@@ -109,10 +120,12 @@ impl fmt::Debug for ServerConfig {
             .field("max_header_bytes", &self.max_header_bytes)
             .field("idle_timeout_s", &self.idle_timeout_s)
             .field("write_timeout_s", &self.write_timeout_s)
+            .field("max_connections", &self.max_connections)
             .field("shutdown_timeout_s", &self.shutdown_timeout_s)
             .field("grpc", &self.grpc)
             .field("grpc_max_stream_ids", &self.grpc_max_stream_ids)
             .field("grpc_chunk", &self.grpc_chunk)
+            .field("grpc_max_watches", &self.grpc_max_watches)
             .field(
                 "http2_max_concurrent_streams",
                 &self.http2_max_concurrent_streams,
@@ -201,6 +214,12 @@ impl ServerConfig {
             ("server.idle_timeout_s", self.idle_timeout_s, 1, 86_400),
             ("server.write_timeout_s", self.write_timeout_s, 1, 86_400),
             (
+                "server.max_connections",
+                self.max_connections as u64,
+                1,
+                1_000_000,
+            ),
+            (
                 "server.shutdown_timeout_s",
                 self.shutdown_timeout_s,
                 0,
@@ -214,6 +233,12 @@ impl ServerConfig {
                 u64::from(u32::MAX),
             ),
             ("server.grpc_chunk", self.grpc_chunk as u64, 1, 1_000_000),
+            (
+                "server.grpc_max_watches",
+                self.grpc_max_watches as u64,
+                1,
+                1_000_000,
+            ),
             (
                 "server.http2_max_concurrent_streams",
                 u64::from(self.http2_max_concurrent_streams),
