@@ -19,4 +19,5 @@ pub use config::Config;
 pub use http::{app, peer_clock};
 pub use node::error::ApiError;
 pub use node::state::{AppState, SegmentService, SnowflakeService};
+pub use node::tokens::{TokenSet, TokenSets};
 pub use node::{metrics, server};

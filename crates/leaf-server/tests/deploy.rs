@@ -252,7 +252,10 @@ fn the_compose_recipe_fits_the_server() {
         assert_eq!(config.snowflake.mode, "zk_recycle");
         assert_eq!(config.segment.store, "mysql");
         // The README's ADMIN_TOKEN opens the admin routes through the published ports.
-        assert_eq!(config.server.admin_token, "t0ken-of-the-operator");
+        assert_eq!(
+            config.server.admin_token.as_slice(),
+            ["t0ken-of-the-operator"]
+        );
         assert!(
             config.snowflake.ip.is_empty(),
             "each node finds its address"

@@ -27,14 +27,14 @@ fn peer<T>(req: &Request<T>) -> Option<SocketAddr> {
 
 /// The client rule.
 pub(super) fn client<T>(state: &AppState, req: &Request<T>) -> Result<(), Status> {
-    check_client(state.client_token(), authorization(req)).map_err(status)
+    check_client(&state.tokens().client, authorization(req)).map_err(status)
 }
 
 /// The admin rule.
 pub(super) fn admin<T>(state: &AppState, req: &Request<T>) -> Result<(), Status> {
-    let token = state.admin_token();
-    check(token, authorization(req), peer(req), Schemes::Bearer).map_err(status)?;
-    if token.is_empty() {
+    let tokens = &state.tokens().admin;
+    check(tokens, authorization(req), peer(req), Schemes::Bearer).map_err(status)?;
+    if !tokens.is_set() {
         let called_as = req
             .extensions()
             .get::<CalledAs>()

@@ -35,6 +35,7 @@ use base64::Engine;
 use crate::http::hosts::{AllowedHosts, split_port};
 use crate::node::error::ApiError;
 use crate::node::state::AppState;
+use crate::node::tokens::TokenSet;
 
 /// Proof that a request passed the admin rule (and, for a write, the origin rule); take it as
 /// a handler argument of the admin API.
@@ -67,9 +68,9 @@ impl FromRequestParts<AppState> for AdminPage {
 
 /// [`check`] on a request; without a token, also [`loopback_host`].
 fn admin_rule(parts: &Parts, state: &AppState, schemes: Schemes) -> Result<(), ApiError> {
-    let token = state.admin_token();
-    check(token, authorization(parts), peer(parts), schemes)?;
-    if token.is_empty() {
+    let tokens = &state.tokens().admin;
+    check(tokens, authorization(parts), peer(parts), schemes)?;
+    if !tokens.is_set() {
         // HTTP/2 (h2c on the same port) names the server in `:authority`, not in `Host`.
         match parts.uri.authority() {
             Some(a) if !parts.headers.contains_key(header::HOST) => {
@@ -93,7 +94,7 @@ impl FromRequestParts<AppState> for ClientAccess {
         if !is_safe(&parts.method) {
             same_origin(&parts.headers)?;
         }
-        check_client(state.client_token(), authorization(parts)).map(|()| ClientAccess)
+        check_client(&state.tokens().client, authorization(parts)).map(|()| ClientAccess)
     }
 }
 
@@ -107,7 +108,7 @@ impl FromRequestParts<AppState> for LeaseAccess {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         lease_origin(&parts.headers, state.allowed_hosts())?;
-        check_client(state.client_token(), authorization(parts)).map(|()| LeaseAccess)
+        check_client(&state.tokens().client, authorization(parts)).map(|()| LeaseAccess)
     }
 }
 
@@ -148,9 +149,12 @@ pub(crate) fn lease_origin(headers: &HeaderMap, allowed: &AllowedHosts) -> Resul
     ))
 }
 
-/// The client rule: `token` as configured (empty: none), the `Authorization` header if any.
-pub(crate) fn check_client(token: &str, authorization: Option<&[u8]>) -> Result<(), ApiError> {
-    check_bearer(token, "server.client_token", authorization)
+/// The client rule: the client tokens (none set: open), the `Authorization` header if any.
+pub(crate) fn check_client(
+    tokens: &TokenSet,
+    authorization: Option<&[u8]>,
+) -> Result<(), ApiError> {
+    check_bearer(tokens, "server.client_token", authorization)
 }
 
 /// Proof that a request passed the metrics rule: `/metrics` names every tag, so it takes
@@ -163,22 +167,28 @@ impl FromRequestParts<AppState> for MetricsAccess {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let (token, key) = match state.metrics_token() {
-            "" => (state.client_token(), "server.client_token"),
-            metrics => (metrics, "server.metrics_token"),
+        let tokens = state.tokens();
+        let (tokens, key) = if tokens.metrics.is_set() {
+            (&tokens.metrics, "server.metrics_token")
+        } else {
+            (&tokens.client, "server.client_token")
         };
-        check_bearer(token, key, authorization(parts)).map(|()| MetricsAccess)
+        check_bearer(tokens, key, authorization(parts)).map(|()| MetricsAccess)
     }
 }
 
-/// A bearer rule: `token` as configured under `key` (empty: none, everyone passes), the
+/// A bearer rule: the tokens configured under `key` (none set: everyone passes), the
 /// `Authorization` header if any; 401 naming `key` otherwise.
-fn check_bearer(token: &str, key: &str, authorization: Option<&[u8]>) -> Result<(), ApiError> {
-    if token.is_empty() {
+fn check_bearer(
+    tokens: &TokenSet,
+    key: &str,
+    authorization: Option<&[u8]>,
+) -> Result<(), ApiError> {
+    if !tokens.is_set() {
         return Ok(());
     }
     let refusal = match authorization.and_then(bearer_token) {
-        Some(p) if constant_time_eq(&p, token.as_bytes()) => return Ok(()),
+        Some(p) if tokens.accepts(&p) => return Ok(()),
         Some(_) => format!("the bearer token is not {key}"),
         None => format!("this route needs Authorization: Bearer <{key}>"),
     };
@@ -213,20 +223,20 @@ pub(crate) enum Schemes {
     BearerOrBasic,
 }
 
-/// The rule itself: `token` as configured (empty: none), the `Authorization` header if any, the
-/// socket's peer if known, the schemes the route accepts.
+/// The rule itself: the admin tokens (none set: the loopback rule), the `Authorization` header
+/// if any, the socket's peer if known, the schemes the route accepts.
 pub(crate) fn check(
-    token: &str,
+    tokens: &TokenSet,
     authorization: Option<&[u8]>,
     peer: Option<SocketAddr>,
     schemes: Schemes,
 ) -> Result<(), ApiError> {
-    if !token.is_empty() {
+    if tokens.is_set() {
         let basic = schemes == Schemes::BearerOrBasic;
         let presented = authorization
             .and_then(|a| bearer_token(a).or_else(|| basic.then(|| basic_password(a)).flatten()));
         let refusal = match presented {
-            Some(p) if constant_time_eq(&p, token.as_bytes()) => return Ok(()),
+            Some(p) if tokens.accepts(&p) => return Ok(()),
             Some(_) => "the admin token is wrong",
             None if basic => {
                 "this page needs the admin token: Authorization: Bearer <server.admin_token>, or \
@@ -381,37 +391,51 @@ fn scheme_value<'a>(authorization: &'a [u8], scheme_name: &[u8]) -> Option<&'a [
     Some(&rest[start..])
 }
 
-/// Compares without an early exit, so the time taken does not tell how much of a guess was
-/// right. The length is not secret enough to hide: it only says how long the token is.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compose::config::Tokens;
     use axum::http::HeaderValue;
 
     fn peer(s: &str) -> Option<SocketAddr> {
         Some(s.parse().unwrap())
     }
 
+    /// The set of one token (`""`: none).
+    fn set(token: &str) -> TokenSet {
+        TokenSet::new("test", &Tokens::from(token), None)
+    }
+
     #[test]
-    fn constant_time_eq_table() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(constant_time_eq(b"", b""));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
-        assert!(!constant_time_eq(b"xbc", b"abc"));
+    fn a_list_of_tokens_takes_each_of_them() {
+        let two = TokenSet::new(
+            "test",
+            &Tokens::from(vec!["old".to_owned(), "new".to_owned()]),
+            None,
+        );
+        for (auth, ok) in [
+            ("Bearer old", true),
+            ("Bearer new", true),
+            ("Bearer neo", false),
+        ] {
+            assert_eq!(
+                check_client(&two, Some(auth.as_bytes())).is_ok(),
+                ok,
+                "{auth}"
+            );
+            let admin = check(
+                &two,
+                Some(auth.as_bytes()),
+                peer("10.0.0.1:1"),
+                Schemes::Bearer,
+            );
+            assert_eq!(admin.is_ok(), ok, "{auth}");
+        }
     }
 
     #[test]
     fn without_a_token_only_loopback_peers_pass() {
-        let status = |p| check("", None, p, Schemes::Bearer).map_err(|e| e.status.as_u16());
+        let status = |p| check(&set(""), None, p, Schemes::Bearer).map_err(|e| e.status.as_u16());
         assert_eq!(status(peer("127.0.0.1:5000")), Ok(()));
         assert_eq!(status(peer("127.8.9.10:5000")), Ok(()));
         assert_eq!(status(peer("[::1]:5000")), Ok(()));
@@ -424,7 +448,7 @@ mod tests {
     #[test]
     fn with_a_token_everyone_needs_it() {
         let status = |auth: Option<&str>, p| {
-            check("s3cret", auth.map(str::as_bytes), p, Schemes::Bearer)
+            check(&set("s3cret"), auth.map(str::as_bytes), p, Schemes::Bearer)
                 .map_err(|e| e.status.as_u16())
         };
         assert_eq!(status(Some("Bearer s3cret"), peer("10.0.0.1:1")), Ok(()));
@@ -452,7 +476,7 @@ mod tests {
     #[test]
     fn client_rule_table() {
         let status = |token: &str, auth: Option<&str>| {
-            check_client(token, auth.map(str::as_bytes)).map_err(|e| e.status.as_u16())
+            check_client(&set(token), auth.map(str::as_bytes)).map_err(|e| e.status.as_u16())
         };
         // No token: open to everyone, whatever they send.
         assert_eq!(status("", None), Ok(()));
@@ -475,7 +499,7 @@ mod tests {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let check_page = |auth: Option<String>| {
             check(
-                "s3cret",
+                &set("s3cret"),
                 auth.as_deref().map(str::as_bytes),
                 peer("10.0.0.1:1"),
                 Schemes::BearerOrBasic,

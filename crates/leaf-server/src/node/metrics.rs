@@ -189,6 +189,9 @@ fn slot<K: Eq + Hash + Clone, V: Default>(map: &RwLock<HashMap<K, Arc<V>>>, key:
         .clone()
 }
 
+/// The token settings, in the order of `Metrics::token_file_reads`.
+const TOKEN_SETTINGS: [&str; 3] = ["admin", "client", "metrics"];
+
 /// The server's own metrics (the allocator's and generator's state is read at scrape time).
 #[derive(Debug)]
 pub struct Metrics {
@@ -202,6 +205,8 @@ pub struct Metrics {
     segment_load_duration: Histogram,
     connections_open: AtomicU64,
     connections_refused: AtomicU64,
+    /// By token setting (admin, client, metrics) and result (taken, refused).
+    token_file_reads: [[AtomicU64; 2]; 3],
 }
 
 impl Default for Metrics {
@@ -217,6 +222,7 @@ impl Default for Metrics {
             segment_load_duration: Histogram::new(&LOAD_BUCKETS),
             connections_open: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
+            token_file_reads: Default::default(),
         }
     }
 }
@@ -240,6 +246,14 @@ impl Metrics {
     /// A connection was closed at once: `server.max_connections` were open.
     pub fn connection_refused(&self) {
         self.connections_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A token file of setting `token` (`admin`, `client`, `metrics`) was read again after a
+    /// change: `ok`, its tokens taken; else kept out.
+    pub fn token_file_read(&self, token: &str, ok: bool) {
+        if let Some(i) = TOKEN_SETTINGS.iter().position(|t| *t == token) {
+            self.token_file_reads[i][usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Counts one request of `route` (the route's pattern, never the raw path: bounded labels).
@@ -495,6 +509,21 @@ impl Metrics {
             &[],
             self.connections_refused.load(Ordering::Relaxed) as f64,
         );
+        out.family(
+            "leaf_token_file_reads_total",
+            "Token files read again after a change, by setting and result (error: the tokens \
+             read before still pass)",
+            "counter",
+        );
+        for (i, token) in TOKEN_SETTINGS.iter().enumerate() {
+            for (j, result) in ["ok", "error"].iter().enumerate() {
+                out.sample(
+                    "leaf_token_file_reads_total",
+                    &[("token", token), ("result", result)],
+                    self.token_file_reads[i][j].load(Ordering::Relaxed) as f64,
+                );
+            }
+        }
         out.family(
             "leaf_segment_load_duration_seconds",
             "Duration of segment loads from the store",

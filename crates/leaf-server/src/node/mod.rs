@@ -9,3 +9,4 @@ pub(crate) mod one_node;
 pub(crate) mod ops;
 pub mod server;
 pub(crate) mod state;
+pub(crate) mod tokens;

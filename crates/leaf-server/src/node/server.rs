@@ -119,6 +119,12 @@ pub async fn start(config: &Config, local: SocketAddr) -> anyhow::Result<Running
         None
     };
     let state = AppState::new(config, layout, segment.clone(), snowflake.clone(), metrics);
+    if state.tokens().has_files() {
+        tasks.push(tokio::spawn(crate::node::tokens::watch(
+            state.shared_tokens(),
+            state.shared_metrics(),
+        )));
+    }
     Ok(Running {
         state,
         segment,

@@ -1,5 +1,5 @@
 //! `AppState`: what every handler shares — the two modes (each possibly disabled or still
-//! starting), the snowflake layout for decoding, the admin, client and metrics tokens and the metrics.
+//! starting), the snowflake layout for decoding, the admin, client and metrics tokens (as they are now) and the metrics.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +15,7 @@ use crate::compose::config::Config;
 use crate::http::hosts::AllowedHosts;
 use crate::node::error::{ApiError, CODE_SEGMENTS_NOT_READY, Origin, public_reason};
 use crate::node::metrics::Metrics;
+use crate::node::tokens::TokenSets;
 
 /// The shared state of the HTTP handlers. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -26,9 +27,7 @@ pub struct AppState {
 struct Shared {
     node: Node,
     one_node_warnings: Vec<String>,
-    admin_token: String,
-    client_token: String,
-    metrics_token: String,
+    tokens: Arc<TokenSets>,
     allowed_hosts: AllowedHosts,
     max_batch: usize,
     grpc: Option<GrpcLimits>,
@@ -68,9 +67,7 @@ impl AppState {
                     snowflake_mode: config.snowflake.mode.clone(),
                 },
                 one_node_warnings: crate::node::one_node::warnings(config),
-                admin_token: config.server.admin_token.clone(),
-                client_token: config.server.client_token.clone(),
-                metrics_token: config.server.metrics_token.clone(),
+                tokens: Arc::new(TokenSets::new(&config.server)),
                 allowed_hosts: AllowedHosts::from_config(&config.server.allowed_hosts),
                 max_batch: config.server.max_batch,
                 grpc: config.server.grpc.then_some(GrpcLimits {
@@ -98,19 +95,14 @@ impl AppState {
         &self.inner.one_node_warnings
     }
 
-    /// The configured admin token; empty when none.
-    pub fn admin_token(&self) -> &str {
-        &self.inner.admin_token
+    /// The tokens the admin, client and metrics rules accept now.
+    pub fn tokens(&self) -> &TokenSets {
+        &self.inner.tokens
     }
 
-    /// The configured client token (the ID and allocate routes); empty when none.
-    pub fn client_token(&self) -> &str {
-        &self.inner.client_token
-    }
-
-    /// The configured metrics token (`/metrics`); empty when none.
-    pub fn metrics_token(&self) -> &str {
-        &self.inner.metrics_token
+    /// The token sets, shared (for the task that re-reads their files).
+    pub(crate) fn shared_tokens(&self) -> Arc<TokenSets> {
+        Arc::clone(&self.inner.tokens)
     }
 
     /// The names requests may call this node by (`server.allowed_hosts`).

@@ -481,7 +481,7 @@ pub(super) mod tests {
         )
         .unwrap()
         .config;
-        assert_eq!(c.server.admin_token, "12345");
+        assert_eq!(c.server.admin_token.as_slice(), ["12345"]);
         assert_eq!(c.name, "007");
         assert_eq!(c.snowflake.ip, "10.0.0.1");
         let local: LocalRegistryConfig =

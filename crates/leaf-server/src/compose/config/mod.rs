@@ -12,6 +12,7 @@ mod segment;
 mod server;
 mod snowflake;
 pub(crate) mod tables;
+mod tokens;
 
 use leaf_core::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,7 @@ pub use sections::{Sections, in_section, read};
 pub use segment::{ALIASES, Alias, Range, SegmentSection};
 pub use server::{LogConfig, LogFormat, ServerConfig};
 pub use snowflake::SnowflakeSection;
+pub use tokens::{Tokens, parse_token_file};
 
 /// A library's `Config` error names its own field (`max_step`); the server's key adds the
 /// section (`segment.max_step`). Other errors pass unchanged.
@@ -523,7 +525,7 @@ mod tests {
                     "server.client_token" => c.server.client_token,
                     _ => c.server.metrics_token,
                 };
-                assert_eq!(loaded, good);
+                assert_eq!(loaded.as_slice(), [good]);
             }
         }
     }

@@ -1,9 +1,5 @@
 //! Hiding secrets (tokens, passwords in URLs) from logs and `Debug`.
 
-pub(super) fn redacted(secret: &str) -> &'static str {
-    if secret.is_empty() { "" } else { "<redacted>" }
-}
-
 /// `url` with its password shown as `<redacted>`, for logs and `Debug`
 /// (`leaf_core::redact_url`).
 pub fn redact_url(url: &str) -> String {

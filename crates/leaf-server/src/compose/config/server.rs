@@ -3,11 +3,12 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use leaf_core::Result;
 use serde::{Deserialize, Serialize};
 
-use super::redact::redacted;
+use super::tokens::{self, Tokens};
 use super::{bad, check_bounds};
 
 /// `[server]`.
@@ -17,18 +18,27 @@ pub struct ServerConfig {
     /// The address to listen on. Default `0.0.0.0:8080`.
     pub listen: SocketAddr,
     /// The bearer token of the admin routes (`/v1/tags`, `PATCH /v1/tags/{tag}`, `/cache`,
-    /// `/db`). Default empty: the admin routes serve loopback peers only. Behind a reverse proxy
-    /// on the same host every client looks local, so such deployments must set a token.
-    pub admin_token: String,
+    /// `/db`): one, or a list (any of them passes: old and new during a rotation). Default
+    /// empty: the admin routes serve loopback peers only. Behind a reverse proxy on the same
+    /// host every client looks local, so such deployments must set a token.
+    pub admin_token: Tokens,
+    /// A file of more admin tokens, one per line, re-read within a second or two of a change
+    /// (a rotation needs no restart). Default none.
+    pub admin_token_file: Option<PathBuf>,
     /// The bearer token of the ID routes (`/api/segment/get`, `/api/snowflake/get`,
     /// `/v1/segment`, `/v1/snowflake`) and of the routes of clients that lease segments
-    /// (`POST /v1/segment/{tag}/allocate`, `GET /v1/tags/{tag}`). Default empty: those routes
-    /// are open to every client, as in Leaf. Leaf's own clients send no token: set it only
-    /// when every client does.
-    pub client_token: String,
-    /// The bearer token of `/metrics`, which names every tag. Default empty: `/metrics` takes
-    /// `client_token` when that is set, and is open to every client when neither is.
-    pub metrics_token: String,
+    /// (`POST /v1/segment/{tag}/allocate`, `GET /v1/tags/{tag}`): one, or a list. Default
+    /// empty: those routes are open to every client, as in Leaf. Leaf's own clients send no
+    /// token: set it only when every client does.
+    pub client_token: Tokens,
+    /// A file of more client tokens, as `admin_token_file`.
+    pub client_token_file: Option<PathBuf>,
+    /// The bearer token of `/metrics`, which names every tag: one, or a list. Default empty:
+    /// `/metrics` takes the client tokens when those are set, and is open to every client when
+    /// neither is.
+    pub metrics_token: Tokens,
+    /// A file of more metrics tokens, as `admin_token_file`.
+    pub metrics_token_file: Option<PathBuf>,
     /// The names a request may call this server by (its `Host`), each `name` (any port) or
     /// `name:port`, compared without regard to letter case; an IP address and `localhost`
     /// always pass (no DNS name: nothing to rebind). A list, or one string of comma-separated
@@ -86,9 +96,12 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
-            admin_token: String::new(),
-            client_token: String::new(),
-            metrics_token: String::new(),
+            admin_token: Tokens::default(),
+            admin_token_file: None,
+            client_token: Tokens::default(),
+            client_token_file: None,
+            metrics_token: Tokens::default(),
+            metrics_token_file: None,
             allowed_hosts: Vec::new(),
             max_batch: 10_000,
             max_body_bytes: 64 * 1024,
@@ -111,9 +124,12 @@ impl fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerConfig")
             .field("listen", &self.listen)
-            .field("admin_token", &redacted(&self.admin_token))
-            .field("client_token", &redacted(&self.client_token))
-            .field("metrics_token", &redacted(&self.metrics_token))
+            .field("admin_token", &self.admin_token)
+            .field("admin_token_file", &self.admin_token_file)
+            .field("client_token", &self.client_token)
+            .field("client_token_file", &self.client_token_file)
+            .field("metrics_token", &self.metrics_token)
+            .field("metrics_token_file", &self.metrics_token_file)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("max_batch", &self.max_batch)
             .field("max_body_bytes", &self.max_body_bytes)
@@ -189,9 +205,12 @@ pub enum LogFormat {
 
 impl ServerConfig {
     pub(super) fn validate(&self) -> Result<()> {
-        check_token("server.admin_token", &self.admin_token)?;
-        check_token("server.client_token", &self.client_token)?;
-        check_token("server.metrics_token", &self.metrics_token)?;
+        for (key, tokens, file_key, file) in self.token_settings() {
+            tokens::check_all(key, tokens)?;
+            if let Some(path) = file {
+                tokens::check_file(file_key, path)?;
+            }
+        }
         if let Err(why) = crate::http::hosts::AllowedHosts::parse(&self.allowed_hosts) {
             return bad("server.allowed_hosts", why);
         }
@@ -250,35 +269,30 @@ impl ServerConfig {
     }
 }
 
-/// A token travels as `Authorization: Bearer <token>`. A character that a header value cannot
-/// carry (a control character, a line break; anything beyond ASCII, which RFC 9110 leaves
-/// obsolete and clients encode differently), or a space or tab at either end (header parsers
-/// strip it), makes a token that no request can present: refused, naming the key and where
-/// the character is, never the token.
-fn check_token(key: &str, token: &str) -> Result<()> {
-    let sendable = |c: char| c.is_ascii_graphic() || c == ' ' || c == '\t';
-    if let Some((i, c)) = token.chars().enumerate().find(|&(_, c)| !sendable(c)) {
-        let kind = if c.is_ascii() {
-            "a control character"
-        } else {
-            "a character beyond ASCII"
-        };
-        return bad(
-            key,
-            format!(
-                "character {} of the token is {kind}, which an HTTP header cannot carry (the \
-                 token is sent as Authorization: Bearer <token>); use visible ASCII",
-                i + 1
+impl ServerConfig {
+    /// Each token setting: its key, its tokens, its file's key and its file.
+    pub(crate) fn token_settings(
+        &self,
+    ) -> [(&'static str, &Tokens, &'static str, Option<&Path>); 3] {
+        [
+            (
+                "server.admin_token",
+                &self.admin_token,
+                "server.admin_token_file",
+                self.admin_token_file.as_deref(),
             ),
-        );
+            (
+                "server.client_token",
+                &self.client_token,
+                "server.client_token_file",
+                self.client_token_file.as_deref(),
+            ),
+            (
+                "server.metrics_token",
+                &self.metrics_token,
+                "server.metrics_token_file",
+                self.metrics_token_file.as_deref(),
+            ),
+        ]
     }
-    if token.starts_with([' ', '\t']) || token.ends_with([' ', '\t']) {
-        return bad(
-            key,
-            "the token starts or ends with a space or tab, which HTTP header parsers strip, so \
-             no request could present it"
-                .into(),
-        );
-    }
-    Ok(())
 }
