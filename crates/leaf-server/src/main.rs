@@ -78,7 +78,9 @@ fn run_probe(probe: &Probe, args: &Args) -> ExitCode {
     let url = match &probe.url {
         Some(url) => url.clone(),
         None => match load(args) {
-            Ok(l) => leaf_server::probe::base_url(l.config.server.listen),
+            Ok(l) => {
+                leaf_server::probe::base_url(l.config.server.listen, l.config.server.tls.enabled())
+            }
             Err(code) => return code,
         },
     };

@@ -41,6 +41,24 @@ fn is_manifest(text: &str) -> bool {
         .any(|l| l.trim() == "[dependencies]" || l.trim() == "[package]")
 }
 
+/// The examples' TLS files (`/etc/leaf/tls/...`) are made in `dir`, and the example points at
+/// them, so that the keys load as they would on a node that has them.
+fn with_tls_files(toml: &str, dir: &Path) -> String {
+    const AT: &str = "/etc/leaf/tls/";
+    if !toml.contains(AT) {
+        return toml.to_owned();
+    }
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("ca.crt"), cert.pem()).unwrap();
+    toml.replace(AT, &format!("{}/", dir.display()))
+}
+
 /// The docs that show `leaf.toml` examples.
 const DOCS: &[&str] = &["README.md", "crates/leaf-server/README.md"];
 
@@ -55,7 +73,7 @@ fn every_leaf_toml_example_loads_as_the_server_loads_it() {
             }
             let dir = tempfile::tempdir().unwrap();
             let file = dir.path().join("leaf.toml");
-            std::fs::write(&file, &toml).unwrap();
+            std::fs::write(&file, with_tls_files(&toml, dir.path())).unwrap();
             let loaded = leaf_server::config::load(Some(&file), Vec::new())
                 .unwrap_or_else(|e| panic!("{doc}:{line}: {e}\n{toml}"));
             // A table of a backend this build lacks is ignored with a warning; anything else

@@ -10,6 +10,7 @@ mod leaf;
 pub mod peer_clock;
 pub(crate) mod sniff;
 mod tags;
+pub(crate) mod tls;
 mod v1;
 pub(crate) mod write_timeout;
 

@@ -31,19 +31,41 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_ANSWER_BYTES: usize = 4096;
 
 /// Asks `peer` (`ip:port`) for its clock: one HTTP/1.1 `GET /v1/time` on a connection of its
-/// own, within `timeout`.
-pub async fn http_time(peer: String, timeout: Duration) -> Result<u64, String> {
+/// own, within `timeout`; over TLS when `tls` (the nodes of a cluster share `[server.tls]`),
+/// without verifying the peer's certificate (`crate::http::tls::unverified_client` says why).
+pub async fn http_time(peer: String, timeout: Duration, tls: bool) -> Result<u64, String> {
     tokio::time::timeout(timeout, async {
         let stream = tokio::net::TcpStream::connect(&peer)
             .await
             .map_err(|e| format!("cannot connect: {e}"))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        if !tls {
+            return time_over(TokioIo::new(stream), &peer).await;
+        }
+        let host = peer.rsplit_once(':').map_or(peer.as_str(), |(h, _)| h);
+        let name = crate::http::tls::server_name(host).map_err(|e| format!("TLS: {e}"))?;
+        let stream = tokio_rustls::TlsConnector::from(crate::http::tls::unverified_client())
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        time_over(TokioIo::new(stream), &peer).await
+    })
+    .await
+    .map_err(|_| format!("no answer within {} ms", timeout.as_millis()))?
+}
+
+/// One `GET /v1/time` over `io`.
+async fn time_over<I>(io: I, peer: &str) -> Result<u64, String>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
             .await
             .map_err(|e| format!("http handshake: {e}"))?;
         // The connection is driven beside the request; it ends with the sender.
         tokio::spawn(conn);
         let request = hyper::Request::get("/v1/time")
-            .header(hyper::header::HOST, &peer)
+            .header(hyper::header::HOST, peer)
             .body(Empty::<Bytes>::new())
             .map_err(|e| format!("request: {e}"))?;
         let response = sender
@@ -61,9 +83,7 @@ pub async fn http_time(peer: String, timeout: Duration) -> Result<u64, String> {
         serde_json::from_slice::<TimeAnswer>(&body)
             .map(|t| t.now_ms)
             .map_err(|e| format!("not a /v1/time answer: {e}"))
-    })
-    .await
-    .map_err(|_| format!("no answer within {} ms", timeout.as_millis()))?
+    }
 }
 
 #[cfg(test)]
@@ -73,7 +93,7 @@ mod tests {
     #[tokio::test]
     async fn http_time_explains_what_is_not_a_peer() {
         // Nothing listens on port 1.
-        let e = http_time("127.0.0.1:1".into(), Duration::from_secs(2))
+        let e = http_time("127.0.0.1:1".into(), Duration::from_secs(2), false)
             .await
             .unwrap_err();
         assert!(e.starts_with("cannot connect"), "{e}");

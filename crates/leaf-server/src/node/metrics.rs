@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use leaf_core::Tag;
 
+mod port;
+
 /// Upper bounds (seconds) of the request-duration buckets.
 const REQUEST_BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
@@ -189,9 +191,6 @@ fn slot<K: Eq + Hash + Clone, V: Default>(map: &RwLock<HashMap<K, Arc<V>>>, key:
         .clone()
 }
 
-/// The token settings, in the order of `Metrics::token_file_reads`.
-const TOKEN_SETTINGS: [&str; 3] = ["admin", "client", "metrics"];
-
 /// The server's own metrics (the allocator's and generator's state is read at scrape time).
 #[derive(Debug)]
 pub struct Metrics {
@@ -203,10 +202,8 @@ pub struct Metrics {
     business_loads: RwLock<HashMap<Tag, Arc<Loads>>>,
     snowflake_issued: AtomicU64,
     segment_load_duration: Histogram,
-    connections_open: AtomicU64,
-    connections_refused: AtomicU64,
-    /// By token setting (admin, client, metrics) and result (taken, refused).
-    token_file_reads: [[AtomicU64; 2]; 3],
+    /// The port's connections, token files and TLS.
+    port: port::Port,
 }
 
 impl Default for Metrics {
@@ -220,9 +217,7 @@ impl Default for Metrics {
             business_loads: RwLock::default(),
             snowflake_issued: AtomicU64::new(0),
             segment_load_duration: Histogram::new(&LOAD_BUCKETS),
-            connections_open: AtomicU64::new(0),
-            connections_refused: AtomicU64::new(0),
-            token_file_reads: Default::default(),
+            port: port::Port::default(),
         }
     }
 }
@@ -231,29 +226,6 @@ impl Metrics {
     /// Empty metrics.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// A connection was accepted and is served; `connection_closed` when it ends.
-    pub fn connection_opened(&self) {
-        self.connections_open.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A served connection ended.
-    pub fn connection_closed(&self) {
-        self.connections_open.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// A connection was closed at once: `server.max_connections` were open.
-    pub fn connection_refused(&self) {
-        self.connections_refused.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A token file of setting `token` (`admin`, `client`, `metrics`) was read again after a
-    /// change: `ok`, its tokens taken; else kept out.
-    pub fn token_file_read(&self, token: &str, ok: bool) {
-        if let Some(i) = TOKEN_SETTINGS.iter().position(|t| *t == token) {
-            self.token_file_reads[i][usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
-        }
     }
 
     /// Counts one request of `route` (the route's pattern, never the raw path: bounded labels).
@@ -489,41 +461,7 @@ impl Metrics {
                 &[("method", method)],
             );
         }
-        out.family(
-            "leaf_connections_open",
-            "Connections being served (HTTP/1.1 and HTTP/2)",
-            "gauge",
-        );
-        out.sample(
-            "leaf_connections_open",
-            &[],
-            self.connections_open.load(Ordering::Relaxed) as f64,
-        );
-        out.family(
-            "leaf_connections_refused_total",
-            "Connections closed at once because server.max_connections were open",
-            "counter",
-        );
-        out.sample(
-            "leaf_connections_refused_total",
-            &[],
-            self.connections_refused.load(Ordering::Relaxed) as f64,
-        );
-        out.family(
-            "leaf_token_file_reads_total",
-            "Token files read again after a change, by setting and result (error: the tokens \
-             read before still pass)",
-            "counter",
-        );
-        for (i, token) in TOKEN_SETTINGS.iter().enumerate() {
-            for (j, result) in ["ok", "error"].iter().enumerate() {
-                out.sample(
-                    "leaf_token_file_reads_total",
-                    &[("token", token), ("result", result)],
-                    self.token_file_reads[i][j].load(Ordering::Relaxed) as f64,
-                );
-            }
-        }
+        self.port.render(out);
         out.family(
             "leaf_segment_load_duration_seconds",
             "Duration of segment loads from the store",

@@ -35,6 +35,7 @@ use crate::grpc::{Grpc, is_grpc};
 use crate::http::app;
 use crate::http::peer_clock;
 use crate::http::sniff::{Activity, InFlight, SniffTimeout};
+use crate::http::tls::ServerTls;
 use crate::http::write_timeout::WriteTimeout;
 use crate::node::identity;
 use crate::node::metrics::Metrics;
@@ -301,7 +302,9 @@ async fn start_snowflake(
             &identity,
             clock.as_ref(),
             directory.max_skew_ms(),
-            |peer| peer_clock::http_time(peer, peer_clock::PEER_TIMEOUT),
+            |peer| {
+                peer_clock::http_time(peer, peer_clock::PEER_TIMEOUT, config.server.tls.enabled())
+            },
         )
         .await;
         if let Err(why) = checked {
@@ -470,6 +473,18 @@ pub async fn serve(
     let slots = Arc::new(tokio::sync::Semaphore::new(config.max_connections));
     let mut refusals = Refusals::default();
     let graceful = GracefulShutdown::new();
+    let tls = match config.tls.enabled() {
+        false => None,
+        true => match ServerTls::new(&config.tls, frontend.metrics.clone()) {
+            Ok(tls) => Some(Arc::new(tls)),
+            Err(e) => {
+                // Checked when the configuration was read: the files changed since.
+                tracing::error!(error = %e, "server.tls: cannot load; not serving");
+                return;
+            }
+        },
+    };
+    let watch = tls.as_ref().map(|t| tokio::spawn(Arc::clone(t).watch()));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -493,47 +508,42 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let metrics = frontend.metrics.clone();
-        let frontend = frontend.clone();
-        let activity = Activity::new(write_timeout);
-        let requests = Arc::clone(&activity);
-        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-            // The peer comes from the socket, for the admin rule; never from a header.
-            req.extensions_mut().insert(ConnectInfo(peer));
-            // HTTP/2's idle time is counted from its last request's end (`crate::http::sniff`); an
-            // HTTP/1 connection's is hyper's.
-            let in_flight = (req.version() == hyper::Version::HTTP_2).then(|| requests.begin());
-            let answer = frontend.clone().call(req);
-            async move {
-                let resp = answer.await?;
-                Ok::<_, Infallible>(match in_flight {
-                    Some(guard) => resp.map(|body| {
-                        axum::body::Body::new(Tracked {
-                            body,
-                            in_flight: guard,
-                        })
-                    }),
-                    None => resp,
-                })
-            }
-        });
-        let io = TokioIo::new(SniffTimeout::new(
-            WriteTimeout::new(stream, write_timeout),
-            idle,
-            activity,
-        ));
-        let conn = graceful.watch(builder.serve_connection(io, service).into_owned());
         if let Some(m) = &metrics {
             m.connection_opened();
         }
+        let connection = Connection {
+            frontend: frontend.clone(),
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
+            peer,
+            idle,
+            write_timeout,
+        };
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            match tls {
+                None => {
+                    let io = WriteTimeout::new(stream, write_timeout);
+                    connection.serve(io, None).await;
+                }
+                Some(tls) => {
+                    let accepted = tls
+                        .accept(stream, idle, |s| WriteTimeout::new(s, write_timeout))
+                        .await;
+                    if let Some(io) = accepted {
+                        let cert = crate::http::tls::has_client_cert(&io);
+                        connection.serve(io, Some((tls, cert))).await;
+                    }
+                }
             }
             if let Some(m) = metrics {
                 m.connection_closed();
             }
             drop(slot);
         });
+    }
+    if let Some(w) = watch {
+        w.abort();
     }
     drop(listener);
     frontend.close();
@@ -547,6 +557,83 @@ pub async fn serve(
             "requests still in flight after server.shutdown_timeout_s = {}; closing them",
             config.shutdown_timeout_s
         );
+    }
+}
+
+/// One accepted connection and what serving it needs.
+struct Connection {
+    frontend: Frontend,
+    builder: auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    peer: SocketAddr,
+    idle: Duration,
+    write_timeout: Duration,
+}
+
+impl Connection {
+    /// Serves `io` until it ends. `tls`: the port's TLS and whether the client presented a
+    /// certificate that verified (the routes of `server.tls.client_auth` need one).
+    async fn serve<I>(self, io: I, tls: Option<(Arc<ServerTls>, bool)>)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            frontend,
+            builder,
+            watcher,
+            peer,
+            idle,
+            write_timeout,
+        } = self;
+        let activity = Activity::new(write_timeout);
+        let requests = Arc::clone(&activity);
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            // The peer comes from the socket, for the admin rule; never from a header.
+            req.extensions_mut().insert(ConnectInfo(peer));
+            // HTTP/2's idle time is counted from its last request's end (`crate::http::sniff`); an
+            // HTTP/1 connection's is hyper's.
+            let in_flight = (req.version() == hyper::Version::HTTP_2).then(|| requests.begin());
+            let refused = tls.as_ref().and_then(|(tls, cert)| {
+                (!cert && tls.needs_client_cert(req.uri().path()))
+                    .then(|| no_client_cert(is_grpc(req.headers())))
+            });
+            let answer = frontend.clone();
+            async move {
+                let resp = match refused {
+                    Some(refusal) => refusal,
+                    None => answer.call(req).await?,
+                };
+                Ok::<_, Infallible>(match in_flight {
+                    Some(guard) => resp.map(|body| {
+                        axum::body::Body::new(Tracked {
+                            body,
+                            in_flight: guard,
+                        })
+                    }),
+                    None => resp,
+                })
+            }
+        });
+        let io = TokioIo::new(SniffTimeout::new(io, idle, activity));
+        if let Err(e) = watcher
+            .watch(builder.serve_connection(io, service).into_owned())
+            .await
+        {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+/// The answer to a request that needs a client certificate on a connection that presented
+/// none: a gRPC `UNAUTHENTICATED`, or an HTTP 403 in the API's JSON.
+fn no_client_cert(grpc: bool) -> Response {
+    const WHY: &str = "this route needs a client certificate (server.tls.client_ca_file, \
+                       server.tls.client_auth); the connection presented none";
+    if grpc {
+        tonic::Status::unauthenticated(WHY).into_http()
+    } else {
+        use axum::response::IntoResponse as _;
+        crate::node::error::ApiError::new(axum::http::StatusCode::FORBIDDEN, WHY).into_response()
     }
 }
 

@@ -529,4 +529,5 @@ fn snowflake_ids_in_a_format_round_trip_through_the_decode_route() {
 
 /// How long the clock check waits for a peer's answer.
 mod operations;
+mod tls;
 mod tokens;

@@ -27,9 +27,10 @@ async fn the_time_route_answers_the_wall_clock() {
         (before..=after).contains(&now_ms),
         "{before} <= {now_ms} <= {after}"
     );
-    let by_getter = peer_clock::http_time(format!("127.0.0.1:{}", server.port), PEER_TIMEOUT)
-        .await
-        .unwrap();
+    let by_getter =
+        peer_clock::http_time(format!("127.0.0.1:{}", server.port), PEER_TIMEOUT, false)
+            .await
+            .unwrap();
     assert!(by_getter >= now_ms);
 }
 
@@ -37,7 +38,7 @@ async fn the_time_route_answers_the_wall_clock() {
 async fn a_node_on_the_peers_clock_passes_and_one_a_minute_ahead_is_refused() {
     let (_dir, server) = peer();
     let peers = vec![format!("127.0.0.1:{}", server.port)];
-    let get = |p: String| peer_clock::http_time(p, PEER_TIMEOUT);
+    let get = |p: String| peer_clock::http_time(p, PEER_TIMEOUT, false);
 
     // The same machine's clock: well within 5 s.
     let r = leaf_snowflake::peers::check(&peers, &SystemClock::new(), 5000, get).await;
@@ -110,7 +111,10 @@ fn the_probe_subcommand_answers_for_a_running_server_and_fails_without_one() {
     let (ok, text) = probe(dir.path(), free_port(), &["--url", &url]);
     assert!(ok, "--url wins over server.listen: {text}");
     let (ok, text) = probe(dir.path(), port, &["--url", "localhost:1"]);
-    assert!(!ok && text.contains("not an http:// URL"), "{text}");
+    assert!(
+        !ok && text.contains("not an http:// or https:// URL"),
+        "{text}"
+    );
     drop(server);
 }
 

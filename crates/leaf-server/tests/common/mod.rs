@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+#[allow(dead_code, reason = "each test binary uses a part")]
+pub(crate) mod certs;
 pub(crate) mod nodes;
 pub(crate) mod router;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
@@ -198,7 +200,12 @@ pub(crate) fn http_with(
     )?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
+    parse_reply(&raw)
+}
+
+/// An HTTP/1.1 answer read to its end: status, headers, body.
+pub(crate) fn parse_reply(raw: &[u8]) -> std::io::Result<Reply> {
+    let text = String::from_utf8_lossy(raw).into_owned();
     let (head, body) = text
         .split_once("\r\n\r\n")
         .ok_or_else(|| std::io::Error::other(format!("no header end in {text:?}")))?;

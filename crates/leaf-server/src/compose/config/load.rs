@@ -286,7 +286,13 @@ pub(super) mod tests {
     #[test]
     fn the_readme_lists_every_key_with_its_default() {
         let readme = include_str!("../../../README.md");
-        let start = readme.find("```toml\n").expect("a toml block") + "```toml\n".len();
+        // The block of "## Configuration" (other sections show parts of it).
+        let section = readme
+            .find("\n## Configuration\n")
+            .expect("a Configuration section");
+        let start = section
+            + readme[section..].find("```toml\n").expect("a toml block")
+            + "```toml\n".len();
         let len = readme[start..].find("```").expect("its end");
         let mut c = load_toml(&readme[start..start + len], &[]).unwrap().config;
         // Each backend table lists its crate's defaults.

@@ -22,7 +22,7 @@ pub use redact::redact_url;
 use sections::error_path;
 pub use sections::{Sections, in_section, read};
 pub use segment::{ALIASES, Alias, Range, SegmentSection};
-pub use server::{LogConfig, LogFormat, ServerConfig};
+pub use server::{ClientAuth, LogConfig, LogFormat, ServerConfig, TlsConfig};
 pub use snowflake::SnowflakeSection;
 pub use tokens::{Tokens, parse_token_file};
 

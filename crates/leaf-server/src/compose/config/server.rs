@@ -90,6 +90,83 @@ pub struct ServerConfig {
     /// An HTTP/2 connection is pinged after this many seconds without a frame, and closed when
     /// the ping is not answered within as many seconds again. Default 20.
     pub http2_keepalive_s: u64,
+    /// `[server.tls]`: TLS on the port, for HTTP/1.1, HTTP/2 and gRPC alike. Default off.
+    pub tls: TlsConfig,
+}
+
+/// `[server.tls]`: the port speaks TLS (rustls) when `cert_file` and `key_file` are set.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server's certificate chain (PEM, the leaf first). Read again within a second or two
+    /// of a change, and on SIGHUP; a pair that does not load keeps the one before.
+    pub cert_file: Option<PathBuf>,
+    /// The private key of `cert_file` (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: Option<PathBuf>,
+    /// The certificate authorities (PEM) whose client certificates are accepted. Set, a client
+    /// that presents a certificate it did not issue, or an expired one, fails its handshake,
+    /// and the routes of `client_auth` refuse a connection that presented none.
+    pub client_ca_file: Option<PathBuf>,
+    /// Which routes need a client certificate: `all` (every route but the probes', `/healthz`,
+    /// `/readyz`, `/metrics`, `/v1/time` and gRPC health) or `admin` (the admin routes and the
+    /// console, and the routes that hand out IDs or ranges). Default `all` once
+    /// `client_ca_file` is set.
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// The routes that need a client certificate (`server.tls.client_auth`).
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// Every route but the probes'.
+    All,
+    /// The admin routes, the console, and the routes that hand out IDs or ranges.
+    Admin,
+}
+
+impl TlsConfig {
+    /// Whether the port speaks TLS.
+    pub fn enabled(&self) -> bool {
+        self.cert_file.is_some()
+    }
+
+    fn validate(&self) -> Result<()> {
+        match (&self.cert_file, &self.key_file) {
+            (Some(_), None) => {
+                return bad(
+                    "server.tls.key_file",
+                    "is not set, and server.tls.cert_file is: the certificate needs its key".into(),
+                );
+            }
+            (None, Some(_)) => {
+                return bad(
+                    "server.tls.cert_file",
+                    "is not set, and server.tls.key_file is: the key needs its certificate".into(),
+                );
+            }
+            (None, None) if self.client_ca_file.is_some() => {
+                return bad(
+                    "server.tls.client_ca_file",
+                    "needs TLS on the port: set server.tls.cert_file and server.tls.key_file"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+        if self.client_auth.is_some() && self.client_ca_file.is_none() {
+            return bad(
+                "server.tls.client_auth",
+                "needs server.tls.client_ca_file, the authorities whose client certificates \
+                 are accepted"
+                    .into(),
+            );
+        }
+        if self.enabled() {
+            crate::http::tls::Material::read(self)
+                .map_err(|(key, why)| leaf_core::Error::Config(format!("{key}: {why}")))?;
+        }
+        Ok(())
+    }
 }
 
 impl Default for ServerConfig {
@@ -116,6 +193,7 @@ impl Default for ServerConfig {
             grpc_max_watches: 1024,
             http2_max_concurrent_streams: 256,
             http2_keepalive_s: 20,
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -147,6 +225,7 @@ impl fmt::Debug for ServerConfig {
                 &self.http2_max_concurrent_streams,
             )
             .field("http2_keepalive_s", &self.http2_keepalive_s)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -205,6 +284,7 @@ pub enum LogFormat {
 
 impl ServerConfig {
     pub(super) fn validate(&self) -> Result<()> {
+        self.tls.validate()?;
         for (key, tokens, file_key, file) in self.token_settings() {
             tokens::check_all(key, tokens)?;
             if let Some(path) = file {

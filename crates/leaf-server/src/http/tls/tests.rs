@@ -1,0 +1,87 @@
+use super::*;
+
+#[test]
+fn the_probes_routes_never_need_a_certificate_and_admin_guards_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = params.self_signed(&ca).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .signed_by(&key, &ca_cert, &ca)
+        .unwrap();
+    let write = |name: &str, text: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let mut files = TlsConfig {
+        cert_file: Some(write("cert.pem", leaf.pem())),
+        key_file: Some(write("key.pem", key.serialize_pem())),
+        client_ca_file: Some(write("ca.pem", ca_cert.pem())),
+        client_auth: None,
+    };
+    let all = ServerTls::new(&files, None).unwrap();
+    files.client_auth = Some(ClientAuth::Admin);
+    let admin = ServerTls::new(&files, None).unwrap();
+    files.client_ca_file = None;
+    files.client_auth = None;
+    let none = ServerTls::new(&files, None).unwrap();
+    for probe in [
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/v1/time",
+        "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/Watch",
+    ] {
+        assert!(!all.needs_client_cert(probe), "{probe}");
+        assert!(!admin.needs_client_cert(probe), "{probe}");
+    }
+    for open in [
+        "/decodeSnowflakeId",
+        "/v1/decode/order",
+        "/v1/snowflake/123/decode",
+        "/leaf.v1.Snowflake/DecodeSnowflake",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    ] {
+        assert!(all.needs_client_cert(open), "{open}");
+        assert!(!admin.needs_client_cert(open), "{open}");
+    }
+    for guarded in [
+        "/",
+        "/cache",
+        "/db",
+        "/snowflake",
+        "/v1/tags",
+        "/v1/tags/order",
+        "/api/segment/get/order",
+        "/api/snowflake/get/x",
+        "/v1/segment/order",
+        "/v1/segment/order/allocate",
+        "/v1/snowflake",
+        "/leaf.v1.Segment/AllocateSegment",
+        "/leaf.v1.Admin/CreateTag",
+        "/%63ache",
+        "/no/such/route",
+        "/healthz/",
+        "/v1/snowflake/decode/../../v1/snowflake",
+    ] {
+        assert!(all.needs_client_cert(guarded), "{guarded}");
+        assert!(admin.needs_client_cert(guarded), "{guarded}");
+        assert!(!none.needs_client_cert(guarded), "{guarded}");
+    }
+}
+
+#[test]
+fn a_plain_http2_client_is_told_in_a_goaway() {
+    let frame = http2_goaway("why");
+    // SETTINGS, empty.
+    assert_eq!(&frame[..9], &[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    // GOAWAY of 8 + 3 bytes on stream 0: last stream 0, INADEQUATE_SECURITY, the reason.
+    assert_eq!(&frame[9..18], &[0, 0, 11, 7, 0, 0, 0, 0, 0]);
+    assert_eq!(&frame[18..26], &[0, 0, 0, 0, 0, 0, 0, 0xc]);
+    assert_eq!(&frame[26..], b"why");
+}
