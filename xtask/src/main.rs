@@ -110,6 +110,7 @@ fn ci(root: &Path) -> Result<()> {
             "warnings",
         ],
     )?;
+    pure_formatting(root)?;
     // The backend crates run on provisioned real servers; the other tests need none, except
     // `leaf-testkit`'s provisioning tests (built whenever a crate's tests enable `provision`),
     // which get the same servers.
@@ -124,6 +125,36 @@ fn ci(root: &Path) -> Result<()> {
     cargo(root, "doc tests", &args)?;
     python::run(root)?;
     println!("xtask ci: all steps passed");
+    Ok(())
+}
+
+/// ARCHITECTURE.md's rule for `leaf-format`: pure formatting, no tokio among its dependencies
+/// (a `--workspace` build unifies features, so only the crate's own tree can tell).
+fn pure_formatting(root: &Path) -> Result<()> {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(root)
+        .args([
+            "tree",
+            "-p",
+            "leaf-format",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .output()
+        .context("cargo tree")?;
+    if !out.status.success() {
+        bail!(
+            "cargo tree -p leaf-format: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tree = String::from_utf8_lossy(&out.stdout);
+    if let Some(line) = tree.lines().find(|l| l.starts_with("tokio ")) {
+        bail!("leaf-format depends on {line}: it must stay pure formatting (ARCHITECTURE.md)");
+    }
+    eprintln!("xtask: leaf-format's dependencies hold no tokio");
     Ok(())
 }
 

@@ -50,8 +50,13 @@ impl LeafClient {
         LeafClientBuilder::default()
     }
 
-    pub(crate) fn new(config: ClientConfig, segment: SegmentConfig, clock: Arc<dyn Clock>) -> Self {
-        let transport = Arc::new(Transport::new(&config, clock.clone()));
+    pub(crate) fn new(
+        config: ClientConfig,
+        tls: rustls::ClientConfig,
+        segment: SegmentConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let transport = Arc::new(Transport::new(&config, tls, clock.clone()));
         let store = HttpStore::new(transport.clone());
         let business = BusinessTags::new(Arc::new(store.clone()), clock.clone(), segment.clone());
         let segment = SegmentAllocator::new(Arc::new(store.clone()), clock, segment);

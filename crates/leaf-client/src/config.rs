@@ -1,7 +1,8 @@
-//! `ClientConfig`: where the servers are, the tokens, the timeouts and the failover rules; and
-//! `LeafClientBuilder`, which sets them (or takes a whole `ClientConfig` read from a file).
+//! `ClientConfig`: where the servers are, the tokens, TLS, the timeouts and the failover rules;
+//! and `LeafClientBuilder`, which sets them (or takes a whole `ClientConfig` read from a file).
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,13 +13,15 @@ use serde::{Deserialize, Serialize};
 use crate::LeafClient;
 
 /// How a client reaches the servers. Every field has a default that suits a service calling a
-/// cluster in its own data centre; only `endpoints` must be given.
+/// cluster in its own data centre; only `endpoints` must be given (and `ca_file` with an
+/// `https://` one).
 #[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClientConfig {
-    /// The servers' base URLs, `http://host:port` (a path prefix is kept:
-    /// `http://proxy/leaf`). The first is tried first until one answers; from then on the last
-    /// one that answered. Default empty; at least one is required.
+    /// The servers' base URLs, `http://host:port` or `https://host:port` (a path prefix is
+    /// kept: `http://proxy/leaf`; the two schemes may be mixed). The first is tried first until
+    /// one answers; from then on the last one that answered. Default empty; at least one is
+    /// required.
     pub endpoints: Vec<String>,
     /// The servers' `server.client_token`, sent as `Authorization: Bearer` on the ID and
     /// allocate routes. Default empty: no token is sent.
@@ -27,6 +30,17 @@ pub struct ClientConfig {
     /// `update` and `list` (the admin routes). Default empty: those calls fail with
     /// `Error::Config` and only `allocate` and `get` work.
     pub admin_token: String,
+    /// The certificate authorities (PEM) that `https://` endpoints' certificates must chain
+    /// to, the servers' names (or IP addresses) checked as well. Required by an `https://`
+    /// endpoint: no root store is built in (for publicly issued certificates, name the
+    /// system's bundle). Default none.
+    pub ca_file: Option<PathBuf>,
+    /// The client's certificate (PEM, its chain after it), presented to `https://` endpoints
+    /// that ask for one (the servers' `server.tls.client_ca_file`). Needs `key_file`. Default
+    /// none: no certificate is presented.
+    pub cert_file: Option<PathBuf>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of `cert_file`. Default none.
+    pub key_file: Option<PathBuf>,
     /// How long opening a connection to one endpoint may take. Default 500.
     pub connect_timeout_ms: u64,
     /// How long one request to one endpoint may take, connecting included, before the next
@@ -54,6 +68,9 @@ impl Default for ClientConfig {
             endpoints: Vec::new(),
             client_token: String::new(),
             admin_token: String::new(),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
             connect_timeout_ms: 500,
             request_timeout_ms: 2000,
             call_timeout_ms: 5000,
@@ -72,6 +89,9 @@ impl fmt::Debug for ClientConfig {
             .field("endpoints", &self.endpoints)
             .field("client_token", &hidden(&self.client_token))
             .field("admin_token", &hidden(&self.admin_token))
+            .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("call_timeout_ms", &self.call_timeout_ms)
@@ -84,15 +104,41 @@ impl fmt::Debug for ClientConfig {
 }
 
 impl ClientConfig {
-    /// Checks the values; `Config` naming the field.
+    /// Checks the values and reads the TLS files (`ca_file`, `cert_file`, `key_file`), as
+    /// `build()` does; `Config` naming the field (and the file).
     pub fn validate(&self) -> Result<()> {
+        self.check()?;
+        crate::tls::client_config(self).map(drop)
+    }
+
+    /// [`validate`](Self::validate) without reading the files.
+    pub(crate) fn check(&self) -> Result<()> {
         if self.endpoints.is_empty() {
             return Err(Error::Config(
                 "endpoints must name at least one server (http://host:port)".into(),
             ));
         }
         for e in &self.endpoints {
-            base_url(e)?;
+            if base_url(e)?.1 && self.ca_file.is_none() {
+                return Err(Error::Config(format!(
+                    "endpoints: {e:?} is https and ca_file is not set: name the PEM file of the \
+                     authorities that signed the servers' certificates"
+                )));
+            }
+        }
+        match (&self.cert_file, &self.key_file) {
+            (Some(_), None) => {
+                return Err(Error::Config(
+                    "cert_file is set and key_file is not: the certificate needs its private key"
+                        .into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(Error::Config(
+                    "key_file is set and cert_file is not: the key needs its certificate".into(),
+                ));
+            }
+            _ => {}
         }
         check_bounds(&[
             ("connect_timeout_ms", self.connect_timeout_ms, 1, 60_000),
@@ -135,29 +181,28 @@ impl ClientConfig {
     }
 }
 
-/// `endpoint` without its trailing `/`, checked to be `http://authority[/prefix]`.
-pub(crate) fn base_url(endpoint: &str) -> Result<String> {
+/// `endpoint` without its trailing `/`, checked to be `http[s]://authority[/prefix]`, and
+/// whether it is `https`.
+pub(crate) fn base_url(endpoint: &str) -> Result<(String, bool)> {
     let bad = |why: &str| Err(Error::Config(format!("endpoints: {endpoint:?} {why}")));
     let trimmed = endpoint.trim().trim_end_matches('/');
-    if trimmed.len() >= 8 && trimmed[..8].eq_ignore_ascii_case("https://") {
-        return bad(
-            "is https, which this build does not speak (plain HTTP only: reach the servers \
-             inside the network, or through a TLS-terminating sidecar)",
-        );
-    }
-    let Some(rest) = trimmed
-        .get(..7)
-        .filter(|s| s.eq_ignore_ascii_case("http://"))
-        .map(|_| &trimmed[7..])
-    else {
-        return bad("is not an http:// URL");
+    let scheme = |scheme: &str| {
+        trimmed
+            .get(..scheme.len())
+            .filter(|s| s.eq_ignore_ascii_case(scheme))
+            .map(|_| &trimmed[scheme.len()..])
+    };
+    let (rest, https) = match (scheme("http://"), scheme("https://")) {
+        (Some(rest), _) => (rest, false),
+        (None, Some(rest)) => (rest, true),
+        (None, None) => return bad("is not an http:// or https:// URL"),
     };
     let authority = rest.split('/').next().unwrap_or("");
     if authority.is_empty() || rest.contains(['?', '#']) || authority.contains('@') {
-        return bad("must be http://host:port, optionally with a path prefix");
+        return bad("must be http[s]://host:port, optionally with a path prefix");
     }
     match format!("{trimmed}/").parse::<hyper::Uri>() {
-        Ok(_) => Ok(trimmed.to_owned()),
+        Ok(_) => Ok((trimmed.to_owned(), https)),
         Err(e) => bad(&format!("is not a valid URL: {e}")),
     }
 }
@@ -196,7 +241,8 @@ impl LeafClientBuilder {
         }
     }
 
-    /// The servers' base URLs (`http://host:port`), replacing any given before.
+    /// The servers' base URLs (`http://host:port`, `https://host:port`), replacing any given
+    /// before.
     pub fn endpoints<I, S>(mut self, endpoints: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -215,6 +261,25 @@ impl LeafClientBuilder {
     /// The servers' `server.admin_token`, for `HttpStore::create`, `update` and `list`.
     pub fn admin_token(mut self, token: impl Into<String>) -> Self {
         self.config.admin_token = token.into();
+        self
+    }
+
+    /// The PEM file of the authorities that `https://` endpoints' certificates must chain to
+    /// (`ca_file`).
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.ca_file = Some(path.into());
+        self
+    }
+
+    /// The client certificate presented to `https://` endpoints that ask for one, and its
+    /// private key, both PEM (`cert_file`, `key_file`).
+    pub fn client_cert(
+        mut self,
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+    ) -> Self {
+        self.config.cert_file = Some(cert_file.into());
+        self.config.key_file = Some(key_file.into());
         self
     }
 
@@ -269,12 +334,14 @@ impl LeafClientBuilder {
         self
     }
 
-    /// The client; `Config` naming the field if a setting is invalid. No server is contacted
-    /// until the first call, and no runtime is needed until then.
+    /// The client; `Config` naming the field if a setting is invalid or a TLS file cannot be
+    /// read or parsed (the files are read here, once). No server is contacted until the first
+    /// call, and no runtime is needed until then.
     pub fn build(self) -> Result<LeafClient> {
-        self.config.validate()?;
+        self.config.check()?;
+        let tls = crate::tls::client_config(&self.config)?;
         self.segment.validate()?;
-        Ok(LeafClient::new(self.config, self.segment, self.clock))
+        Ok(LeafClient::new(self.config, tls, self.segment, self.clock))
     }
 }
 
@@ -317,12 +384,18 @@ mod tests {
         check(|c| c.admin_token = "a b".into(), "admin_token");
         check(|c| c.client_token = "caf\u{e9}".into(), "client_token");
         check(|c| c.endpoints.push("localhost:8080".into()), "endpoints");
+        check(|c| c.endpoints.push("https://leaf2:8443".into()), "ca_file");
+        check(|c| c.cert_file = Some("client.pem".into()), "key_file");
+        check(|c| c.key_file = Some("client.key".into()), "cert_file");
     }
 
     #[test]
     fn endpoint_table() {
         let check = |e: &str, expect: Option<&str>| match (base_url(e), expect) {
-            (Ok(got), Some(want)) => assert_eq!(got, want, "{e}"),
+            (Ok((got, https)), Some(want)) => {
+                assert_eq!(got, want, "{e}");
+                assert_eq!(https, want[..5].eq_ignore_ascii_case("https"), "{e}");
+            }
             (Err(err), None) => {
                 assert!(matches!(err, Error::Config(_)), "{e}: {err}");
                 assert!(err.to_string().contains("endpoints"), "{err}");
@@ -334,7 +407,11 @@ mod tests {
         check("HTTP://10.0.0.1", Some("HTTP://10.0.0.1"));
         check("http://[::1]:8080", Some("http://[::1]:8080"));
         check("http://proxy/leaf/", Some("http://proxy/leaf"));
-        check("https://leaf1:8080", None);
+        check("https://leaf1:8443/", Some("https://leaf1:8443"));
+        check("HTTPS://10.0.0.1/leaf", Some("HTTPS://10.0.0.1/leaf"));
+        check("https://", None);
+        check("https://u:p@leaf1:8443", None);
+        check("ftp://leaf1:8080", None);
         check("leaf1:8080", None);
         check("http://", None);
         check("http:///x", None);

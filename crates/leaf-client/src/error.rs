@@ -1,6 +1,6 @@
 //! What a server's error answer means for a call: a final `leaf_core::Error` (the same answer
-//! would come from every server: an unknown tag, a malformed request, a refused token), or a
-//! reason to ask the next server (this one cannot serve now).
+//! would come from every server: an unknown tag, a malformed request, a refused token, a missing
+//! client certificate), or a reason to ask the next server (this one cannot serve now).
 
 use std::time::Duration;
 
@@ -77,6 +77,14 @@ pub(crate) fn judge(
         (404, CODE_UNKNOWN_KEY) => Verdict::Final(Error::NotFound(strip("not found: "))),
         (503, CODE_EXHAUSTED) => Verdict::Final(Error::Exhausted(strip("exhausted: "))),
         (400 | 413 | 415 | 422, _) => Verdict::Final(Error::InvalidInput(message)),
+        // An `https://` server with `server.tls.client_ca_file` refuses a connection that
+        // presented no certificate (its TLS routes' rule, the same on every server).
+        (401 | 403, _) if message.contains("client certificate") => {
+            Verdict::Final(Error::Config(format!(
+                "the server refused the request ({status}: {message}); set cert_file and \
+                 key_file to a certificate its server.tls.client_ca_file trusts"
+            )))
+        }
         (401 | 403, _) => token_refused(status),
         (409, _) => Verdict::Final(Error::AlreadyExists(strip("already exists: "))),
         // Anything else is about this server: a 5xx, a mode it has disabled (404), a route it
@@ -164,6 +172,18 @@ mod tests {
         };
         assert!(matches!(e, Error::Config(_)), "{e}");
         assert!(e.to_string().contains("admin_token"), "{e}");
+        let e = match judge(
+            403,
+            &body(403, "this route needs a client certificate (...)"),
+            None,
+            TokenKind::Client,
+        ) {
+            Verdict::Final(e) => e,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(e, Error::Config(_)), "{e}");
+        assert!(e.to_string().contains("set cert_file and key_file"), "{e}");
+        assert!(!e.to_string().contains("client_token"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod config;
 mod endpoints;
 mod error;
 mod store;
+mod tls;
 mod transport;
 
 pub use client::LeafClient;

@@ -1,6 +1,6 @@
-//! The HTTP side: one pooled keep-alive client (hyper-util's), one request to one endpoint
-//! within its timeout, and the failover loop that asks the endpoints in turn until one answers,
-//! the answer is final, or the call's time is up.
+//! The HTTP side: one pooled keep-alive client (hyper-util's, over hyper-rustls for `https://`
+//! endpoints), one request to one endpoint within its timeout, and the failover loop that asks
+//! the endpoints in turn until one answers, the answer is final, or the call's time is up.
 
 use std::collections::BTreeMap;
 use std::error::Error as StdError;
@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Uri};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -47,7 +48,7 @@ struct Answer {
 /// The client's HTTP side, shared by the store and the pass-through calls.
 #[derive(Debug)]
 pub(crate) struct Transport {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     endpoints: Endpoints,
     clock: Arc<dyn Clock>,
     request_timeout: Duration,
@@ -91,12 +92,26 @@ fn chain(e: &dyn StdError) -> String {
 }
 
 impl Transport {
-    /// The transport of a validated `config`.
-    pub(crate) fn new(config: &ClientConfig, clock: Arc<dyn Clock>) -> Self {
+    /// The transport of a validated `config`, with `tls` (its files, read) for its `https://`
+    /// endpoints.
+    pub(crate) fn new(
+        config: &ClientConfig,
+        tls: rustls::ClientConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let ms = Duration::from_millis;
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(ms(config.connect_timeout_ms)));
-        connector.set_nodelay(true);
+        let mut tcp = HttpConnector::new();
+        tcp.set_connect_timeout(Some(ms(config.connect_timeout_ms)));
+        tcp.set_nodelay(true);
+        // The TLS layer takes `https://` URIs; the TCP one under it must let them through.
+        tcp.enforce_http(false);
+        // A handshake that fails (an unknown authority, a name that does not match) is a
+        // connection error like a refused one: the next endpoint is asked.
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(tcp);
         let mut http = Client::builder(TokioExecutor::new());
         http.pool_idle_timeout(ms(config.pool_idle_timeout_ms))
             .pool_timer(TokioTimer::new());
@@ -107,7 +122,7 @@ impl Transport {
         let urls = config
             .endpoints
             .iter()
-            .map(|e| base_url(e).unwrap_or_else(|_| e.clone()))
+            .map(|e| base_url(e).map_or_else(|_| e.clone(), |(url, _)| url))
             .collect();
         let backoff = Backoff {
             min: ms(config.backoff_min_ms),

@@ -121,6 +121,11 @@ impl Server {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// `https://127.0.0.1:PORT`, for a server started with `LEAF_SERVER__TLS__...` keys.
+    pub(crate) fn https_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
     /// Stops the server as a crash would: connections cut, nothing finished.
     pub(crate) fn kill(&mut self) {
         if let Some(c) = self.commands.take() {
