@@ -33,11 +33,18 @@ fn base(ns: &str, name: &str) -> Tag {
     Tag::new(format!("{ns}-{name}")).expect("test tags are valid")
 }
 
+/// A node on `store` and `clock`. These cases hold IDs unique across periods, not the latency a
+/// store adds: a request waits up to 5 s for the next segment (the default 10 ms, a store round
+/// trip on a loaded machine outlasted it and the request answered `Unavailable`, a server's
+/// 503, which is right under load but not what is checked here).
 fn node(store: Arc<dyn SegmentStore>, clock: &ManualClock) -> BusinessTags {
     BusinessTags::new(
         store,
         Arc::new(clock.clone()) as Arc<dyn Clock>,
-        SegmentConfig::default(),
+        SegmentConfig {
+            switch_wait: std::time::Duration::from_secs(5),
+            ..SegmentConfig::default()
+        },
     )
 }
 
