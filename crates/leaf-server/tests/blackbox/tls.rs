@@ -15,7 +15,7 @@ use leaf_server::grpc::pb::snowflake_client::SnowflakeClient;
 use rustls::pki_types::ServerName;
 
 use super::common::certs::{Ca, Pair, client_config, put};
-use super::common::{Reply, Server, command, free_port, parse_reply};
+use super::common::{Reply, Server, command, free_port, parse_reply, wait_exit};
 
 /// A TLS connection of the tests, kept open across requests.
 struct Tls {
@@ -506,9 +506,23 @@ fn a_start_with_tls_files_that_do_not_load_exits_naming_the_key() {
         ),
     ];
     for (env, expect) in cases {
-        let out = command(dir.path(), free_port(), &env).output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{env:?}: {err}");
+        // A server that starts in spite of the files would serve for ever: killed after 10 s.
+        let log = dir.path().join("start.log");
+        let mut child = command(dir.path(), free_port(), &env)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let status = wait_exit(&mut child, Duration::from_secs(10));
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let err = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(2),
+            "{env:?}: still serving after 10 s, or another exit: {err}"
+        );
         assert!(err.contains(expect), "{env:?}: {err}");
     }
 }
