@@ -1,11 +1,16 @@
 """The gRPC API from another language, against the real leaf-server binary
 (LEAFTEST_SERVER_BIN): IDs from both modes, a streamed bulk load, an unknown tag, the client
-token refused and accepted, the health service, and reflection listing the services.
+token refused and accepted, the health service, and reflection listing the services; and over
+TLS (certificates made at run time, certificates.py): IDs over a secure channel, a plaintext
+channel and one trusting another authority refused at once, and with a client CA on the
+server, a call without a client certificate UNAUTHENTICATED and one with it answered.
 
 Run by `cargo xtask ci` (and `cargo xtask python`) in a virtual environment of
 requirements.txt: python -m unittest -v test_leaf_grpc
 """
 
+import tempfile
+import time
 import unittest
 
 import grpc
@@ -15,7 +20,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 from grpc_status import rpc_status
 
-from leaf_grpc import Server, leaf_pb2, leaf_pb2_grpc
+from certificates import Authority
+from leaf_grpc import Server, leaf_pb2, leaf_pb2_grpc, secure_channel
 
 CLIENT_TOKEN = "client-s3cret"
 ADMIN_TOKEN = "admin-s3cret"
@@ -148,6 +154,165 @@ class LeafGrpc(unittest.TestCase):
         desc = db.FindFileContainingSymbol("leaf.v1.Segment")
         self.assertEqual(desc.package, "leaf.v1")
         self.assertIn("NextSegmentIdsRequest", [m.name for m in desc.message_type])
+
+
+def tls_env(cert_file, key_file, client_ca=None):
+    env = {
+        "LEAF_SERVER__TLS__CERT_FILE": str(cert_file),
+        "LEAF_SERVER__TLS__KEY_FILE": str(key_file),
+    }
+    if client_ca is not None:
+        env["LEAF_SERVER__TLS__CLIENT_CA_FILE"] = str(client_ca)
+    return env
+
+
+class Certificates:
+    """A temporary directory of an authority `ca` with a server certificate, a client
+    certificate, and a second authority `other` with a client certificate of its own."""
+
+    def __init__(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="leaf-grpc-tls-")
+        self.ca = Authority(self.dir.name, "leaf test CA")
+        self.server_cert, self.server_key = self.ca.issue("server", server=True)
+        self.client_cert, self.client_key = self.ca.issue("client", server=False)
+        self.other = Authority(self.dir.name, "another CA")
+        self.other_cert, self.other_key = self.other.issue("stranger", server=False)
+
+
+def refused_at_once(test, call):
+    """Asserts that `call` fails with UNAVAILABLE well before its 10 s deadline (a client that
+    hangs until the deadline would say DEADLINE_EXCEEDED); the error."""
+    started = time.monotonic()
+    with test.assertRaises(grpc.RpcError) as e:
+        call(timeout=10)
+    took = time.monotonic() - started
+    what = f"{e.exception.code().name} after {took:.1f} s: {e.exception.details()}"
+    test.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE, what)
+    test.assertLess(took, 5, what)
+    return e.exception
+
+
+class LeafGrpcOverTls(unittest.TestCase):
+    """A server with `[server.tls]` and no client CA."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.certs = Certificates()
+        env = tls_env(cls.certs.server_cert, cls.certs.server_key)
+        env["LEAF_SERVER__CLIENT_TOKEN"] = CLIENT_TOKEN
+        cls.server = Server(env, tls_ca=cls.certs.ca.file)
+        cls.channel = secure_channel(cls.server.address, ca_file=cls.certs.ca.file)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.server.stop()
+        cls.certs.dir.cleanup()
+
+    def test_ids_from_both_modes_over_a_secure_channel(self):
+        segment = leaf_pb2_grpc.SegmentStub(self.channel)
+        r = segment.NextSegmentIds(
+            leaf_pb2.NextSegmentIdsRequest(tag=TAG, count=3), metadata=bearer(CLIENT_TOKEN)
+        )
+        self.assertEqual(len(r.ids), 3)
+        self.assertEqual(list(r.ids), sorted(set(r.ids)))
+        snowflake = leaf_pb2_grpc.SnowflakeStub(self.channel)
+        s = snowflake.NextSnowflakeIds(
+            leaf_pb2.NextSnowflakeIdsRequest(count=2), metadata=bearer(CLIENT_TOKEN)
+        )
+        self.assertEqual(len(s.ids), 2)
+        self.assertLess(s.ids[0], s.ids[1])
+        # The token rule is the same over TLS.
+        with self.assertRaises(grpc.RpcError) as e:
+            segment.NextSegmentIds(leaf_pb2.NextSegmentIdsRequest(tag=TAG, count=1))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+
+    def test_a_plaintext_channel_is_refused_at_once(self):
+        with grpc.insecure_channel(self.server.address) as plain:
+            segment = leaf_pb2_grpc.SegmentStub(plain)
+            refused_at_once(
+                self,
+                lambda timeout: segment.NextSegmentIds(
+                    leaf_pb2.NextSegmentIdsRequest(tag=TAG, count=1),
+                    metadata=bearer(CLIENT_TOKEN),
+                    timeout=timeout,
+                ),
+            )
+
+    def test_a_channel_trusting_another_authority_is_refused(self):
+        with secure_channel(self.server.address, ca_file=self.certs.other.file) as wrong:
+            snowflake = leaf_pb2_grpc.SnowflakeStub(wrong)
+            refused_at_once(
+                self,
+                lambda timeout: snowflake.NextSnowflakeIds(
+                    leaf_pb2.NextSnowflakeIdsRequest(count=1),
+                    metadata=bearer(CLIENT_TOKEN),
+                    timeout=timeout,
+                ),
+            )
+
+
+class LeafGrpcClientCertificates(unittest.TestCase):
+    """A server with `server.tls.client_ca_file` (and the default `client_auth = "all"`)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.certs = Certificates()
+        env = tls_env(cls.certs.server_cert, cls.certs.server_key, client_ca=cls.certs.ca.file)
+        cls.server = Server(env, tls_ca=cls.certs.ca.file)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.certs.dir.cleanup()
+
+    def channel(self, cert_file=None, key_file=None):
+        return secure_channel(
+            self.server.address,
+            ca_file=self.certs.ca.file,
+            cert_file=cert_file,
+            key_file=key_file,
+        )
+
+    def test_without_a_client_certificate_ids_are_unauthenticated(self):
+        with self.channel() as channel:
+            for call in [
+                lambda: leaf_pb2_grpc.SegmentStub(channel).NextSegmentIds(
+                    leaf_pb2.NextSegmentIdsRequest(tag=TAG, count=1)
+                ),
+                lambda: leaf_pb2_grpc.SnowflakeStub(channel).NextSnowflakeIds(
+                    leaf_pb2.NextSnowflakeIdsRequest(count=1)
+                ),
+            ]:
+                with self.assertRaises(grpc.RpcError) as e:
+                    call()
+                self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+                self.assertIn("client certificate", e.exception.details())
+            # The probes' routes stay open: health answers on the same connection.
+            health = health_pb2_grpc.HealthStub(channel)
+            r = health.Check(health_pb2.HealthCheckRequest(service=""))
+            self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+
+    def test_with_a_client_certificate_ids_are_given(self):
+        with self.channel(self.certs.client_cert, self.certs.client_key) as channel:
+            r = leaf_pb2_grpc.SegmentStub(channel).NextSegmentIds(
+                leaf_pb2.NextSegmentIdsRequest(tag=TAG, count=2)
+            )
+            self.assertEqual(len(r.ids), 2)
+            s = leaf_pb2_grpc.SnowflakeStub(channel).NextSnowflakeIds(
+                leaf_pb2.NextSnowflakeIdsRequest(count=2)
+            )
+            self.assertEqual(len(s.ids), 2)
+
+    def test_a_client_certificate_of_another_authority_fails_the_handshake(self):
+        with self.channel(self.certs.other_cert, self.certs.other_key) as channel:
+            segment = leaf_pb2_grpc.SegmentStub(channel)
+            refused_at_once(
+                self,
+                lambda timeout: segment.NextSegmentIds(
+                    leaf_pb2.NextSegmentIdsRequest(tag=TAG, count=1), timeout=timeout
+                ),
+            )
 
 
 if __name__ == "__main__":

@@ -2,16 +2,23 @@
 (the README's gRPC walk-through was made with it):
 
     python tour.py [HOST:PORT]        # default localhost:8080; no tokens set on the server
+
+Against a server with `[server.tls]`, name the authority that issued its certificate, and the
+client's certificate and key if it has `server.tls.client_ca_file`:
+
+    python tour.py localhost:8443 --ca ca.pem [--cert client.pem --key client-key.pem]
+
+HOST must be a name in the server's certificate (`localhost`, or an IP address it lists).
 """
 
-import sys
+import argparse
 
 import grpc
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
-from leaf_grpc import leaf_pb2, leaf_pb2_grpc
+from leaf_grpc import leaf_pb2, leaf_pb2_grpc, secure_channel
 
 
 def show(message):
@@ -28,16 +35,30 @@ def call(label, method, request):
         else:
             text = show(answer)
     except grpc.RpcError as e:
+        text = f"{e.code().name} {e.details()!r}"
+        # Leaf's errors carry an ErrorDetail; a refusal before the service (a missing client
+        # certificate, a failed connection) carries none.
         status = rpc_status.from_call(e)
-        detail = leaf_pb2.ErrorDetail()
-        status.details[0].Unpack(detail)
-        text = f"{e.code().name} {e.details()!r} {show(detail)}"
+        if status is not None and status.details:
+            detail = leaf_pb2.ErrorDetail()
+            status.details[0].Unpack(detail)
+            text += f" {show(detail)}"
     print(f"{label} {show(request)}\n  -> {text}")
 
 
 def main():
-    address = sys.argv[1] if len(sys.argv) > 1 else "localhost:8080"
-    channel = grpc.insecure_channel(address)
+    parser = argparse.ArgumentParser(description="Every RPC of leaf.v1 once.")
+    parser.add_argument("address", nargs="?", default="localhost:8080", help="HOST:PORT")
+    parser.add_argument("--ca", help="TLS: the authority of the server's certificate (PEM)")
+    parser.add_argument("--cert", help="TLS: the client's certificate (PEM)")
+    parser.add_argument("--key", help="TLS: the client's private key (PEM)")
+    args = parser.parse_args()
+    if (args.cert is None) != (args.key is None):
+        parser.error("--cert and --key go together")
+    if args.ca or args.cert:
+        channel = secure_channel(args.address, args.ca, args.cert, args.key)
+    else:
+        channel = grpc.insecure_channel(args.address)
     seg = leaf_pb2_grpc.SegmentStub(channel)
     snow = leaf_pb2_grpc.SnowflakeStub(channel)
     admin = leaf_pb2_grpc.AdminStub(channel)

@@ -1,18 +1,35 @@
-//! `leaf-loadgen`: the load generator of `cargo xtask bench-http --grpc`. No gRPC load
-//! generator installs here, and comparing gRPC with `oha`'s HTTP would compare two clients as
-//! much as two protocols; so one program drives both, with the same connections and the same
+//! `leaf-loadgen`: the load generator of `cargo xtask bench-http --grpc` and `--tls`. No gRPC
+//! load generator installs here, and comparing gRPC with `oha`'s HTTP would compare two clients
+//! as much as two protocols; so one program drives both, with the same connections and the same
 //! concurrency: each of `--connections` tasks opens one connection (HTTP/1.1 keep-alive, or
 //! HTTP/2 for gRPC) and keeps one request in flight on it for `--seconds`.
 //!
 //! ```text
 //! leaf-loadgen ADDR KIND [--connections N] [--seconds S] [--tag T] [--count N] [--chunk N]
+//!                        [--ca FILE]
 //! ```
 //!
 //! KIND: `http` (`GET /api/segment/get/{tag}`, or `/v1/segment/{tag}?count=N` when `--count`
 //! is above 1), `grpc` (`NextSegmentIds { tag, count }`) or `grpc-stream`
-//! (`StreamSegmentIds { tag, count, chunk }`, one stream after another). Prints one JSON
-//! object: requests, IDs, errors, seconds, and latency percentiles in milliseconds (for a
-//! stream: per stream).
+//! (`StreamSegmentIds { tag, count, chunk }`, one stream after another); `connect` (a new
+//! connection for every request: TCP connect, the TLS handshake with `--ca`, one `GET
+//! /api/segment/get/{tag}` with `Connection: close`, its latency the whole connection's); and
+//! `probe` (one `GET /readyz`, exit status 0 on a 200). Prints one JSON object: requests, IDs,
+//! errors, seconds, latency percentiles in milliseconds (for a stream: per stream), and the
+//! CPU time the generator itself spent (`cpu_s`, user and system, from `/proc/self/stat`;
+//! absent off Linux).
+//!
+//! `--ca FILE`: over TLS (rustls with ring, TLS 1.3), the server's certificate checked against
+//! the authority of FILE (PEM) and the address's IP; ALPN `http/1.1`, or `h2` for gRPC. Session
+//! resumption is off, so that every `connect` pays a full handshake.
+//!
+//! ```text
+//! leaf-loadgen --certs DIR
+//! ```
+//!
+//! writes `ca.pem`, `server.pem` and `server.key` into DIR: an authority and a server
+//! certificate it signed (ECDSA P-256) for `127.0.0.1` and `localhost`, the server's side of
+//! `--ca`.
 //!
 //! ```text
 //! leaf-loadgen --bare ADDR
@@ -25,6 +42,8 @@
 //! ratio of its two protocols is the transport's, with no ID service in it.
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -32,13 +51,19 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Http,
     Grpc,
     GrpcStream,
+    Connect,
+    Probe,
 }
 
 #[derive(Clone)]
@@ -50,6 +75,8 @@ struct Options {
     tag: String,
     count: u32,
     chunk: u32,
+    /// `--ca`: the TLS client.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 fn parse() -> Result<Options> {
@@ -63,7 +90,9 @@ fn parse() -> Result<Options> {
         Some("http") => Kind::Http,
         Some("grpc") => Kind::Grpc,
         Some("grpc-stream") => Kind::GrpcStream,
-        other => bail!("KIND is http, grpc or grpc-stream, got {other:?}"),
+        Some("connect") => Kind::Connect,
+        Some("probe") => Kind::Probe,
+        other => bail!("KIND is http, grpc, grpc-stream, connect or probe, got {other:?}"),
     };
     let mut o = Options {
         addr,
@@ -73,6 +102,7 @@ fn parse() -> Result<Options> {
         tag: "leaf-segment-test".into(),
         count: 1,
         chunk: 0,
+        tls: None,
     };
     while let Some(flag) = args.next() {
         let value = args
@@ -89,6 +119,13 @@ fn parse() -> Result<Options> {
             "--count" => o.count = number()? as u32,
             "--chunk" => o.chunk = number()? as u32,
             "--tag" => o.tag = value,
+            "--ca" => {
+                let alpn: &[u8] = match o.kind {
+                    Kind::Grpc | Kind::GrpcStream => b"h2",
+                    _ => b"http/1.1",
+                };
+                o.tls = Some(client_config(Path::new(&value), alpn)?);
+            }
             other => bail!("unknown option {other:?}"),
         }
     }
@@ -107,17 +144,25 @@ struct Tally {
 
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
-    if args.next().as_deref() == Some("--bare") {
-        let addr = args.next().context("--bare ADDR")?;
-        return tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-            .block_on(bare(&addr));
+    match args.next().as_deref() {
+        Some("--bare") => {
+            let addr = args.next().context("--bare ADDR")?;
+            return tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(bare(&addr));
+        }
+        Some("--certs") => return certs(Path::new(&args.next().context("--certs DIR")?)),
+        _ => {}
     }
     let o = parse()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if o.kind == Kind::Probe {
+        let ok = runtime.block_on(probe(&o))?;
+        std::process::exit(if ok { 0 } else { 1 });
+    }
     let (tally, elapsed) = runtime.block_on(run(&o))?;
     let mut lat = tally.latencies;
     lat.sort_unstable();
@@ -130,6 +175,7 @@ fn main() -> Result<()> {
     };
     let secs = elapsed.as_secs_f64();
     let out = serde_json::json!({
+        "cpu_s": cpu_seconds(),
         "requests": tally.requests,
         "ids": tally.ids,
         "errors": tally.errors,
@@ -144,6 +190,16 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// The CPU time this process spent, user and system, in seconds: fields 14 and 15 of
+/// `/proc/self/stat`, in clock ticks of 1/100 s (Linux's `USER_HZ`).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name, in parentheses, may hold spaces; the fields after it do not.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+}
+
 async fn run(o: &Options) -> Result<(Tally, Duration)> {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(o.seconds);
@@ -151,9 +207,13 @@ async fn run(o: &Options) -> Result<(Tally, Duration)> {
     for _ in 0..o.connections {
         let o = o.clone();
         tasks.push(tokio::spawn(async move {
-            match o.kind {
-                Kind::Http => http(&o, deadline).await,
-                Kind::Grpc | Kind::GrpcStream => grpc(&o, deadline).await,
+            if o.kind == Kind::Connect {
+                return connects(&o, deadline).await;
+            }
+            let tcp = connect(o.addr).await?;
+            match &o.tls {
+                None => keep_alive(&o, deadline, tcp).await,
+                Some(config) => keep_alive(&o, deadline, handshake(&o, config, tcp).await?).await,
             }
         }));
     }
@@ -168,14 +228,134 @@ async fn run(o: &Options) -> Result<(Tally, Duration)> {
     Ok((all, started.elapsed()))
 }
 
-async fn connect(addr: SocketAddr) -> Result<TokioIo<TcpStream>> {
+async fn connect(addr: SocketAddr) -> Result<TcpStream> {
     let s = TcpStream::connect(addr).await?;
     s.set_nodelay(true)?;
-    Ok(TokioIo::new(s))
+    Ok(s)
 }
 
-async fn http(o: &Options, deadline: Instant) -> Result<Tally> {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(connect(o.addr).await?).await?;
+/// The TLS client of `--ca`: the authority of `ca_file`, `alpn`, no session resumption.
+fn client_config(ca_file: &Path, alpn: &[u8]) -> Result<Arc<rustls::ClientConfig>> {
+    let pem = std::fs::read(ca_file).with_context(|| format!("--ca {}", ca_file.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert.context("--ca: not PEM certificates")?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(Arc::new(config))
+}
+
+/// The TLS handshake on `tcp`, the server named by the address's IP.
+async fn handshake(
+    o: &Options,
+    config: &Arc<rustls::ClientConfig>,
+    tcp: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let name = ServerName::IpAddress(o.addr.ip().into());
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
+    Ok(connector.connect(name, tcp).await?)
+}
+
+/// One connection, kept for the whole run.
+async fn keep_alive<S>(o: &Options, deadline: Instant, io: S) -> Result<Tally>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    match o.kind {
+        Kind::Http => http(o, deadline, io).await,
+        _ => grpc(o, deadline, io).await,
+    }
+}
+
+/// A new connection for every request (`connect`): the socket closed with a reset at the end,
+/// so that a run leaves no TIME_WAIT behind to exhaust the ports.
+async fn connects(o: &Options, deadline: Instant) -> Result<Tally> {
+    let mut t = Tally::default();
+    while Instant::now() < deadline {
+        let start = Instant::now();
+        let tcp = connect(o.addr).await?;
+        tcp.set_zero_linger()?;
+        let ok = match &o.tls {
+            None => one_get(o, tcp, "/api/segment/get/").await?,
+            Some(config) => {
+                one_get(o, handshake(o, config, tcp).await?, "/api/segment/get/").await?
+            }
+        };
+        t.latencies.push(start.elapsed().as_micros() as u32);
+        t.requests += 1;
+        if ok {
+            t.ids += 1;
+        } else {
+            t.errors += 1;
+        }
+    }
+    Ok(t)
+}
+
+/// One `GET {prefix}{tag}` (or `GET /readyz` for a `prefix` of `/readyz`) with `Connection:
+/// close` on `io`: whether it answered 200.
+async fn one_get<S>(o: &Options, io: S, prefix: &str) -> Result<bool>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    tokio::spawn(conn);
+    let path = match prefix {
+        "/readyz" => prefix.to_owned(),
+        _ => format!("{prefix}{}", o.tag),
+    };
+    let req = Request::get(path.as_str())
+        .header("host", o.addr.to_string())
+        .header("connection", "close")
+        .body(Empty::<Bytes>::new())?;
+    let resp = sender.send_request(req).await?;
+    let ok = resp.status() == 200;
+    resp.into_body().collect().await?;
+    Ok(ok)
+}
+
+/// `probe`: one `GET /readyz`.
+async fn probe(o: &Options) -> Result<bool> {
+    let tcp = connect(o.addr).await?;
+    match &o.tls {
+        None => one_get(o, tcp, "/readyz").await,
+        Some(config) => one_get(o, handshake(o, config, tcp).await?, "/readyz").await,
+    }
+}
+
+/// `--certs DIR`.
+fn certs(dir: &Path) -> Result<()> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    std::fs::create_dir_all(dir)?;
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "leaf-loadgen CA");
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "leaf-server");
+    let cert = params.signed_by(&key, &ca_cert, &ca_key)?;
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem())?;
+    std::fs::write(dir.join("server.pem"), cert.pem())?;
+    std::fs::write(dir.join("server.key"), key.serialize_pem())?;
+    Ok(())
+}
+
+async fn http<S>(o: &Options, deadline: Instant, io: S) -> Result<Tally>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     tokio::spawn(conn);
     let path = if o.count > 1 {
         format!("/v1/segment/{}?count={}", o.tag, o.count)
@@ -286,15 +466,19 @@ async fn read_answer(resp: Response<Incoming>) -> Result<(u64, bool)> {
     Ok((ids, status_ok == Some(true)))
 }
 
-async fn grpc(o: &Options, deadline: Instant) -> Result<Tally> {
+async fn grpc<S>(o: &Options, deadline: Instant, io: S) -> Result<Tally>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), connect(o.addr).await?).await?;
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await?;
     tokio::spawn(conn);
     let method = match o.kind {
         Kind::GrpcStream => "StreamSegmentIds",
         _ => "NextSegmentIds",
     };
-    let uri = format!("http://{}/leaf.v1.Segment/{method}", o.addr);
+    let scheme = if o.tls.is_some() { "https" } else { "http" };
+    let uri = format!("{scheme}://{}/leaf.v1.Segment/{method}", o.addr);
     let frame = request_frame(o);
     let mut t = Tally::default();
     while Instant::now() < deadline {

@@ -21,21 +21,38 @@ use super::{CONNECTIONS, SEGMENT};
 
 /// One run of `leaf-loadgen`.
 pub(super) struct Run {
+    pub(super) requests: u64,
     pub(super) requests_per_s: f64,
     pub(super) ids_per_s: f64,
     pub(super) p50_ms: f64,
     pub(super) p99_ms: f64,
     pub(super) p999_ms: f64,
     pub(super) errors: u64,
+    /// The load generator's own CPU time, in seconds (NaN if it could not tell).
+    pub(super) cpu_s: f64,
 }
 
 pub(super) fn loadgen(binary: &Path, addr: &str, args: &[&str], seconds: u64) -> Result<Run> {
-    eprintln!("xtask: == leaf-loadgen {addr} {}", args.join(" "));
+    loadgen_with(binary, addr, args, seconds, CONNECTIONS)
+}
+
+/// [`loadgen`] on `connections` connections.
+pub(super) fn loadgen_with(
+    binary: &Path,
+    addr: &str,
+    args: &[&str],
+    seconds: u64,
+    connections: u32,
+) -> Result<Run> {
+    eprintln!(
+        "xtask: == leaf-loadgen {addr} {} ({connections} connections)",
+        args.join(" ")
+    );
     let out = Command::new(binary)
         .arg(addr)
         .args(args)
         .args(["--seconds", &seconds.to_string()])
-        .args(["--connections", &CONNECTIONS.to_string()])
+        .args(["--connections", &connections.to_string()])
         .output()
         .context("cannot run leaf-loadgen")?;
     if !out.status.success() {
@@ -48,12 +65,14 @@ pub(super) fn loadgen(binary: &Path, addr: &str, args: &[&str], seconds: u64) ->
         serde_json::from_slice(&out.stdout).context("cannot parse leaf-loadgen's json")?;
     let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
     let run = Run {
+        requests: v["requests"].as_u64().unwrap_or(0),
         requests_per_s: f("requests_per_s"),
         ids_per_s: f("ids_per_s"),
         p50_ms: f("p50_ms"),
         p99_ms: f("p99_ms"),
         p999_ms: f("p999_ms"),
         errors: v["errors"].as_u64().unwrap_or(0),
+        cpu_s: f("cpu_s"),
     };
     if run.errors > 0 {
         eprintln!("xtask: == leaf-loadgen: {} errors", run.errors);
@@ -70,7 +89,8 @@ pub(super) struct Session {
     pub(super) loadgen: PathBuf,
 }
 
-pub(super) fn segment_session(root: &Path, run: &str) -> Result<Session> {
+/// Builds the release `leaf-server` and `leaf-loadgen`: their paths.
+pub(super) fn release_binaries(root: &Path) -> Result<(PathBuf, PathBuf)> {
     crate::cargo(
         root,
         "build leaf-server and leaf-loadgen",
@@ -84,7 +104,11 @@ pub(super) fn segment_session(root: &Path, run: &str) -> Result<Session> {
         ],
     )?;
     let release = crate::bench::target_dir(root).join("release");
-    let (server_bin, loadgen) = (release.join("leaf-server"), release.join("leaf-loadgen"));
+    Ok((release.join("leaf-server"), release.join("leaf-loadgen")))
+}
+
+pub(super) fn segment_session(root: &Path, run: &str) -> Result<Session> {
+    let (server_bin, loadgen) = release_binaries(root)?;
     let (mut cmd, dir, addr) = server_command(&server_bin, run)?;
     cmd.env("LEAF_SNOWFLAKE__ENABLED", "false");
     let (server, _) = Server::start(&mut cmd, "leaf-server", addr, &[SEGMENT])?;

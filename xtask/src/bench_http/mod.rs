@@ -24,6 +24,10 @@
 //!
 //! `cargo xtask bench-http --formatted`: a business tag's formatted IDs beside a plain tag's
 //! on one server, by `leaf-loadgen` as well (`formatted.rs`).
+//!
+//! `cargo xtask bench-http --tls`: TLS on the port beside plaintext in one session, two
+//! servers of one binary, HTTP/1.1 and gRPC, steady state and new connections, by
+//! `leaf-loadgen` (`tls.rs`; `oha` is not needed for it).
 
 mod compare;
 mod default_run;
@@ -33,6 +37,7 @@ mod oha;
 mod server;
 mod snowflake_load;
 mod store;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,7 +56,7 @@ const BATCH: &str = "/v1/segment/leaf-segment-test?count=1000";
 const SNOWFLAKE_BATCH: &str = "/v1/snowflake?count=10000";
 
 /// `bench-http [SECONDS] [--store NAME]... [--snowflake-load [--server PATH]] [--grpc]
-/// [--formatted]`, NAME being `sqlite` or a backend row's store that the benchmark takes.
+/// [--formatted] [--tls]`, NAME being `sqlite` or a backend row's store that the benchmark takes.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 10;
     let mut stores: Vec<String> = Vec::new();
@@ -59,6 +64,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut server: Option<PathBuf> = None;
     let mut grpc = false;
     let mut formatted = false;
+    let mut tls = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -73,6 +79,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             "--snowflake-load" => snowflake_load = true,
             "--grpc" => grpc = true,
             "--formatted" => formatted = true,
+            "--tls" => tls = true,
             "--server" => {
                 server = Some(
                     it.next()
@@ -95,6 +102,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     }
     if formatted {
         return formatted::compare_formatted(root, seconds);
+    }
+    if tls {
+        return tls::compare_tls(root, seconds);
     }
     if Command::new("oha").arg("--version").output().is_err() {
         bail!("oha is not installed: cargo install oha --locked");

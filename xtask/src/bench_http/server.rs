@@ -34,15 +34,26 @@ impl Server {
         addr: SocketAddr,
         ready: &[&str],
     ) -> Result<(Server, Duration)> {
+        Server::start_until(cmd, what, || {
+            ready
+                .iter()
+                .all(|path| get(addr, path).is_ok_and(|(status, _)| status == 200))
+        })
+    }
+
+    /// Starts `cmd` and waits until `ready` says so (a server this module cannot ask itself,
+    /// one that speaks TLS); also gives how long that took.
+    pub(super) fn start_until(
+        cmd: &mut Command,
+        what: &str,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(Server, Duration)> {
         let started = Instant::now();
         let mut server = Server(
             cmd.spawn()
                 .with_context(|| format!("cannot start {what}"))?,
         );
-        while !ready
-            .iter()
-            .all(|path| get(addr, path).is_ok_and(|(status, _)| status == 200))
-        {
+        while !ready() {
             if let Some(status) = server.0.try_wait()? {
                 bail!("{what} exited: {status}");
             }
@@ -120,4 +131,24 @@ pub(super) fn rss_kib(pid: u32) -> Result<u64> {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .context("no VmRSS")
+}
+
+/// The CPU time process `pid` has spent, user and system, in seconds: fields 14 and 15 of
+/// `/proc/{pid}/stat`, in clock ticks of 1/100 s (Linux's `USER_HZ`).
+pub(super) fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name, in parentheses, may hold spaces; the fields after it do not.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("no command name in /proc/PID/stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|t| t.parse().ok())
+            .context("no utime/stime in /proc/PID/stat")
+    };
+    Ok((ticks(11)? + ticks(12)?) as f64 / 100.0)
 }

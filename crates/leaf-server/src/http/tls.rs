@@ -1,9 +1,9 @@
 //! TLS on the one port (`[server.tls]`, rustls with ring).
 //!
 //! A connection's first byte tells TLS (a handshake record, 0x16) from a client that speaks
-//! plain HTTP to a TLS port; that one gets an answer it can read (an HTTP/1.1 400, or an
-//! HTTP/2 GOAWAY with `INADEQUATE_SECURITY` to a prior-knowledge HTTP/2 client such as a
-//! plaintext gRPC channel) and is closed, never left hanging. The handshake must end within
+//! plain HTTP to a TLS port; that one gets an answer it can read (an HTTP/1.1 400; to a
+//! prior-knowledge HTTP/2 client such as a plaintext gRPC channel, its first request answered
+//! with gRPC `UNAVAILABLE` or an HTTP 400) and is closed, never left hanging. The handshake must end within
 //! `server.idle_timeout_s`; ALPN offers `h2` and `http/1.1`, and the connection then serves as a
 //! plain one does (`crate::http::sniff` tells the protocol from the decrypted bytes).
 //!
@@ -398,36 +398,65 @@ pub(crate) fn has_client_cert<W>(tls: &TlsStream<W>) -> bool {
 
 /// Answers a client that spoke plain text to the TLS port, in its own protocol, and closes.
 async fn refuse_plaintext(mut stream: TcpStream, first: &[u8]) {
-    let answer = if first.starts_with(b"PRI") {
-        http2_goaway(PLAINTEXT_REFUSED)
-    } else {
-        format!(
-            "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{PLAINTEXT_REFUSED}\n",
-            PLAINTEXT_REFUSED.len() + 1
-        )
-        .into_bytes()
-    };
+    if first.starts_with(b"PRI") {
+        return refuse_plaintext_http2(stream).await;
+    }
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{PLAINTEXT_REFUSED}\n",
+        PLAINTEXT_REFUSED.len() + 1
+    );
     // What the client sent is read first: closing a socket with unread bytes resets it, and
     // the client could lose the answer.
     let mut buf = [0u8; 4096];
     let _ = tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buf)).await;
-    let _ = stream.write_all(&answer).await;
+    let _ = stream.write_all(answer.as_bytes()).await;
     let _ = stream.shutdown().await;
     let drain = async { while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {} };
     let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
-/// An empty SETTINGS frame and a GOAWAY with `INADEQUATE_SECURITY` carrying `why`.
-fn http2_goaway(why: &str) -> Vec<u8> {
-    let mut out = vec![0, 0, 0, 0x4, 0, 0, 0, 0, 0];
-    let len = u32::try_from(8 + why.len()).unwrap_or(8);
-    out.extend_from_slice(&len.to_be_bytes()[1..]);
-    out.extend_from_slice(&[0x7, 0, 0, 0, 0, 0]);
-    out.extend_from_slice(&0u32.to_be_bytes());
-    out.extend_from_slice(&0xcu32.to_be_bytes());
-    out.extend_from_slice(why.as_bytes());
-    out
+/// A prior-knowledge HTTP/2 client (a plaintext gRPC channel): its first request is answered
+/// (gRPC `UNAVAILABLE`, or an HTTP 400, saying why), then the connection is shut down. A bare
+/// GOAWAY is not enough: a gRPC channel reads it as "reconnect", and retries until its
+/// deadline without ever learning why.
+async fn refuse_plaintext_http2(stream: TcpStream) {
+    let answered = Arc::new(tokio::sync::Notify::new());
+    let service = {
+        let answered = Arc::clone(&answered);
+        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            answered.notify_one();
+            let grpc = crate::grpc::is_grpc(req.headers());
+            async move {
+                Ok::<_, std::convert::Infallible>(if grpc {
+                    tonic::Status::unavailable(PLAINTEXT_REFUSED).into_http::<axum::body::Body>()
+                } else {
+                    let mut resp = axum::response::Response::new(axum::body::Body::from(format!(
+                        "{PLAINTEXT_REFUSED}\n"
+                    )));
+                    *resp.status_mut() = hyper::StatusCode::BAD_REQUEST;
+                    resp.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+                    );
+                    resp
+                })
+            }
+        })
+    };
+    let conn = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            () = answered.notified() => {}
+        }
+        conn.as_mut().graceful_shutdown();
+        let _ = conn.await;
+    })
+    .await;
 }
 
 /// A TLS client that does not verify the server's certificate: for the node's own probe on

@@ -61,7 +61,7 @@ impl AppState {
             inner: Arc::new(Shared {
                 node: Node {
                     name: config.name.clone(),
-                    listen: config.server.listen.to_string(),
+                    listen: listen_shown(&config.server),
                     started_ms,
                     segment_store: config.segment.store.clone(),
                     snowflake_mode: config.snowflake.mode.clone(),
@@ -210,13 +210,31 @@ pub(crate) struct GrpcLimits {
     pub(crate) max_watches: usize,
 }
 
+/// `server.listen`, and TLS as `[server.tls]` sets it.
+fn listen_shown(server: &crate::compose::config::ServerConfig) -> String {
+    let tls = &server.tls;
+    match (tls.enabled(), &tls.client_ca_file) {
+        (false, _) => format!("{}, plaintext", server.listen),
+        (true, None) => format!("{}, TLS", server.listen),
+        (true, Some(_)) => format!(
+            "{}, TLS, client certificates on {} routes",
+            server.listen,
+            match tls.client_auth {
+                Some(crate::compose::config::ClientAuth::Admin) => "the admin and ID",
+                _ => "all but the probes'",
+            }
+        ),
+    }
+}
+
 /// The node as the console shows it: its configuration's name, address and modes, and when
 /// it started.
 #[derive(Debug, Clone)]
 pub struct Node {
     /// Leaf's `name`.
     pub name: String,
-    /// `server.listen` as configured.
+    /// `server.listen` as configured, and whether the port speaks TLS (and asks for client
+    /// certificates).
     pub listen: String,
     /// When the state was made (the process's start, near enough), Unix ms.
     pub started_ms: u64,

@@ -74,14 +74,3 @@ fn the_probes_routes_never_need_a_certificate_and_admin_guards_by_default() {
         assert!(!none.needs_client_cert(guarded), "{guarded}");
     }
 }
-
-#[test]
-fn a_plain_http2_client_is_told_in_a_goaway() {
-    let frame = http2_goaway("why");
-    // SETTINGS, empty.
-    assert_eq!(&frame[..9], &[0, 0, 0, 4, 0, 0, 0, 0, 0]);
-    // GOAWAY of 8 + 3 bytes on stream 0: last stream 0, INADEQUATE_SECURITY, the reason.
-    assert_eq!(&frame[9..18], &[0, 0, 11, 7, 0, 0, 0, 0, 0]);
-    assert_eq!(&frame[18..26], &[0, 0, 0, 0, 0, 0, 0, 0xc]);
-    assert_eq!(&frame[26..], b"why");
-}
