@@ -32,6 +32,9 @@ pub trait SqlBackend: Send + Sync + 'static {
     fn lock_holder(identity: &NodeIdentity) -> String;
     /// The statement that ends session `id` (and so frees its locks); it fails if it cannot.
     fn end_session(id: i64) -> String;
+    /// The statement that frees the identity lock named `lock` (a dialect's `lock_name`) held
+    /// by the session that runs it, which stays open.
+    fn unlock(lock: &str) -> String;
 }
 
 /// The configuration type of `B`.

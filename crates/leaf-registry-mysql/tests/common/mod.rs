@@ -20,6 +20,10 @@ impl leaf_testkit::sql::SqlBackend for Backend {
     fn end_session(id: i64) -> String {
         format!("KILL CONNECTION {id}")
     }
+
+    fn unlock(lock: &str) -> String {
+        format!("SELECT RELEASE_LOCK('{lock}')")
+    }
 }
 
 /// A test's database, and stores and registries on it.

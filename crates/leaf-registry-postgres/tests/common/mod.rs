@@ -29,6 +29,10 @@ impl leaf_testkit::sql::SqlBackend for Backend {
             "DO $$ BEGIN IF NOT pg_terminate_backend({id}) THEN RAISE 'not ended'; END IF; END $$"
         )
     }
+
+    fn unlock(lock: &str) -> String {
+        format!("SELECT pg_advisory_unlock(hashtextextended('{lock}', 0))")
+    }
 }
 
 /// A test's database, and stores and registries on it.

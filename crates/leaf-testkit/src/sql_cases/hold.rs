@@ -9,9 +9,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use leaf_core::{Error, Lease, NodeIdentity, Renewal};
-use leaf_sql::{Conn, Locking, MarkRow, MarkWrite, Options, Proof, Queries, RegistryDialect};
+use leaf_sql::{
+    Conn, Dialect, Locking, MarkRow, MarkWrite, Options, Proof, Queries, RegistryDialect,
+};
 use serde_json::{Value, json};
-use sqlx::Connection;
+use sqlx::{AssertSqlSafe, Connection, Executor};
 
 use super::{now_ms, request};
 use crate::RegistryFixture;
@@ -267,8 +269,13 @@ pub async fn a_worker_id_given_to_another_identity_loses_the_lease<B: SqlBackend
 /// lock taken once (and seen as held before when asked again on its session), every mark
 /// statement finding nothing on the session without the lock, for another identity, for a
 /// worker id without a row, or naming another server session than the lock's (as a pooler's
-/// would run it), and reading and writing on the lock's own session.
-pub async fn mark_statements_prove_the_lock_and_the_identity<B: SqlBackend>() {
+/// would run it), reading and writing on the lock's own session, and finding nothing on that
+/// session once its lock is freed (the statement's own proof of the lock, not the session's
+/// id, refuses it then).
+pub async fn mark_statements_prove_the_lock_and_the_identity<B: SqlBackend>()
+where
+    for<'c> &'c mut Conn<B::Dialect>: Executor<'c, Database = <B::Dialect as Dialect>::Db>,
+{
     let fix = SqlFix::<B>::new().await;
     let me = fix.identity(8);
     // The table and the identity's row, its lock freed again.
@@ -345,6 +352,14 @@ pub async fn mark_statements_prove_the_lock_and_the_identity<B: SqlBackend>() {
     let lower = <D<B> as Queries>::write_mark(&mut holder, row, 4000, MarkWrite::Raise).await;
     assert_eq!(lower.unwrap(), Proof::Held(()));
     assert_eq!(fix.stored_mark(lease.worker_id).await, Some(5000));
+    // The lock freed on its own session, which stays open: only the proof of the lock in each
+    // statement tells it from the holder.
+    sqlx::raw_sql(AssertSqlSafe(B::unlock(&name)))
+        .execute(&mut holder)
+        .await
+        .expect("the lock freed on its session");
+    assert!(!holds(&mut holder, session).await, "the lock was freed");
+    finds_nothing::<D<B>>(&mut holder, row, "the lock's session after freeing it").await;
     holder.close().await.expect("close");
     other.close().await.expect("close");
 }
