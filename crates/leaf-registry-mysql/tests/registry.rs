@@ -17,10 +17,13 @@ use leaf_testkit::identity_cases::authority;
 use leaf_testkit::provision::{self, MYSQL};
 use leaf_testkit::sql::{database_on, unreachable_registry};
 use leaf_testkit::sql_cases::hold::{
-    a_claim_that_reached_the_server_never_starts_from_the_cache_file as never_offline, tight,
+    a_claim_that_reached_the_server_never_starts_from_the_cache_file as never_offline,
+    a_server_that_answered_and_is_gone_was_reached as answered_and_gone, tight,
 };
 use leaf_testkit::sql_cases::{now_ms, request};
 use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 
 use common::{Backend, Fix};
 
@@ -279,6 +282,36 @@ async fn too_many_connections_1040_is_a_server_reached() {
     drop_user(&fix, "b1040").await;
     drop(fix);
     server.remove().await.expect("remove the container");
+}
+
+/// A server whose greeting is its own 1040 (an ERR packet: as MariaDB's answer to a
+/// connection over `max_connections`) and which is gone at once, so that no connection opens
+/// to it afterwards: the answer alone says it was reached, so B does not start from its cache
+/// file (issue 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_answered_1040_and_is_gone_was_reached() {
+    let e = answered_and_gone::<Backend, _, _>(async |mut stream: TcpStream| {
+        // The packet: its payload's length (3 bytes, little-endian) and sequence id 0; the
+        // payload: 0xFF, the error code (little-endian), `#` and the SQL state, the message.
+        let payload = [
+            &[0xff][..],
+            &1040_u16.to_le_bytes(),
+            b"#08004Too many connections",
+        ]
+        .concat();
+        let length = u32::try_from(payload.len())
+            .expect("a short packet")
+            .to_le_bytes();
+        let packet = [&length[..3], &[0], &payload].concat();
+        stream.write_all(&packet).await.expect("the ERR packet");
+        stream.shutdown().await.expect("the end of the answer");
+    })
+    .await;
+    let text = e.to_string();
+    assert!(
+        text.contains("refuses connections") && text.contains("could be opened"),
+        "{text}"
+    );
 }
 
 /// Statements the server refuses once the connection opened (B's user may run one statement

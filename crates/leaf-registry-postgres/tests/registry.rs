@@ -16,11 +16,13 @@ use leaf_testkit::identity_cases::through;
 use leaf_testkit::provision::{self, POSTGRES};
 use leaf_testkit::sql::{config_of, unreachable_registry};
 use leaf_testkit::sql_cases::hold::{
-    a_claim_that_reached_the_server_never_starts_from_the_cache_file as never_offline, earlier_run,
-    tight,
+    a_claim_that_reached_the_server_never_starts_from_the_cache_file as never_offline,
+    a_server_that_answered_and_is_gone_was_reached as answered_and_gone, earlier_run, tight,
 };
 use leaf_testkit::sql_cases::{now_ms, request};
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use common::{Backend, Fix};
 
@@ -228,6 +230,62 @@ async fn too_many_connections_53300_is_a_server_reached() {
         "{text}"
     );
     drop_role(&fix, &name).await;
+}
+
+/// A server that answers the startup with its own 53300 (an ErrorResponse: as PostgreSQL's
+/// answer to a connection over `max_connections`) and is gone at once, so that no connection
+/// opens to it afterwards: the answer alone says it was reached, so B does not start from its
+/// cache file (issue 32).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_answered_53300_and_is_gone_was_reached() {
+    let e = answered_and_gone::<Backend, _, _>(async |mut stream: TcpStream| {
+        // The client's first message (its length, big-endian, counts itself): an SSLRequest,
+        // declined, and then the StartupMessage; or the StartupMessage at once.
+        let mut first = [0; 8];
+        stream
+            .read_exact(&mut first)
+            .await
+            .expect("the first message");
+        let mut length = u32::from_be_bytes(first[..4].try_into().expect("4 bytes"));
+        if first[4..] == 80_877_103_u32.to_be_bytes() {
+            stream.write_all(b"N").await.expect("no TLS");
+            let mut prefix = [0; 4];
+            stream
+                .read_exact(&mut prefix)
+                .await
+                .expect("the startup's length");
+            length = u32::from_be_bytes(prefix) - 4;
+        } else {
+            length -= 8;
+        }
+        let mut rest = vec![0; usize::try_from(length).expect("a short message")];
+        stream
+            .read_exact(&mut rest)
+            .await
+            .expect("the startup message");
+        // 'E', its length (counting itself), the fields (a type byte, a NUL-terminated text),
+        // a NUL.
+        let fields: Vec<u8> = [
+            (b'S', "FATAL"),
+            (b'V', "FATAL"),
+            (b'C', "53300"),
+            (b'M', "sorry, too many clients already"),
+        ]
+        .iter()
+        .flat_map(|(kind, text)| [&[*kind][..], text.as_bytes(), &[0]].concat())
+        .chain([0])
+        .collect();
+        let length = u32::try_from(fields.len() + 4).expect("a short message");
+        let message = [&[b'E'][..], &length.to_be_bytes(), &fields].concat();
+        stream.write_all(&message).await.expect("the ErrorResponse");
+        stream.shutdown().await.expect("the end of the answer");
+    })
+    .await;
+    let text = e.to_string();
+    assert!(
+        text.contains("refuses connections") && text.contains("could be opened"),
+        "{text}"
+    );
 }
 
 /// A session setup the server refuses (`set_config`, which sets the lock session's idle limit,

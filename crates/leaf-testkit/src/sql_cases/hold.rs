@@ -121,6 +121,39 @@ pub async fn a_server_that_accepts_and_never_answers_was_reached<B: SqlBackend>(
     assert!(e.to_string().contains("could be opened"), "{e}");
 }
 
+/// A server that answers one connection with `answer` (an error of its own, in its protocol)
+/// and is gone before its answer is read: no connection opens to it afterwards, so only its
+/// answer tells that it was reached. B claims through it while A holds the identity (as
+/// [`a_claim_that_reached_the_server_never_starts_from_the_cache_file`]): B's error.
+pub async fn a_server_that_answered_and_is_gone_was_reached<B, F, Fut>(answer: F) -> Error
+where
+    B: SqlBackend,
+    F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let fix = SqlFix::<B>::new().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a listener");
+    let address = listener.local_addr().expect("its address").to_string();
+    let server = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.expect("B's connection");
+        // Gone before B reads a byte of the answer: B's probe finds nothing listening.
+        drop(listener);
+        answer(stream).await;
+    });
+    let url = through(&fix.db.url, &address);
+    let e = a_claim_that_reached_the_server_never_starts_from_the_cache_file(
+        &fix,
+        &url,
+        tight(),
+        async || {},
+    )
+    .await;
+    server.await.expect("the server answered");
+    e
+}
+
 /// Refused credentials (MySQL 1045, PostgreSQL 28P01): the server answered.
 pub async fn refused_credentials_were_reached<B: SqlBackend>() {
     let fix = SqlFix::<B>::new().await;
