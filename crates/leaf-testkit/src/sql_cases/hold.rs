@@ -150,7 +150,11 @@ where
         async || {},
     )
     .await;
-    server.await.expect("the server answered");
+    // Bounded: a claim that never connected would leave the server waiting for ever.
+    let answered = tokio::time::timeout(Duration::from_secs(5), server).await;
+    answered
+        .expect("B connected to the server")
+        .expect("the server answered");
     e
 }
 
