@@ -4,6 +4,7 @@
 
 pub(crate) mod admin;
 mod client;
+pub(crate) mod connection;
 mod health;
 pub(crate) mod hosts;
 mod leaf;

@@ -16,10 +16,9 @@ use anyhow::Context as _;
 use std::convert::Infallible;
 
 use axum::Router;
-use axum::extract::ConnectInfo;
 use axum::response::Response;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use leaf_core::{Clock, Error, NewTag, SegmentStore, SystemClock};
@@ -34,7 +33,6 @@ use crate::compose::config::{Config, Loaded, ServerConfig};
 use crate::grpc::{Grpc, is_grpc};
 use crate::http::app;
 use crate::http::peer_clock;
-use crate::http::sniff::{Activity, InFlight, SniffTimeout};
 use crate::http::tls::ServerTls;
 use crate::http::write_timeout::WriteTimeout;
 use crate::node::identity;
@@ -405,7 +403,7 @@ impl Frontend {
         }
     }
 
-    async fn call(self, req: hyper::Request<Incoming>) -> Result<Response, Infallible> {
+    pub(crate) async fn call(self, req: hyper::Request<Incoming>) -> Result<Response, Infallible> {
         if !is_grpc(req.headers()) {
             return self.http.clone().call(req).await;
         }
@@ -511,7 +509,7 @@ pub async fn serve(
         if let Some(m) = &metrics {
             m.connection_opened();
         }
-        let connection = Connection {
+        let connection = crate::http::connection::Connection {
             frontend: frontend.clone(),
             builder: builder.clone(),
             watcher: graceful.watcher(),
@@ -560,83 +558,6 @@ pub async fn serve(
     }
 }
 
-/// One accepted connection and what serving it needs.
-struct Connection {
-    frontend: Frontend,
-    builder: auto::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
-    peer: SocketAddr,
-    idle: Duration,
-    write_timeout: Duration,
-}
-
-impl Connection {
-    /// Serves `io` until it ends. `tls`: the port's TLS and whether the client presented a
-    /// certificate that verified (the routes of `server.tls.client_auth` need one).
-    async fn serve<I>(self, io: I, tls: Option<(Arc<ServerTls>, bool)>)
-    where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
-        let Connection {
-            frontend,
-            builder,
-            watcher,
-            peer,
-            idle,
-            write_timeout,
-        } = self;
-        let activity = Activity::new(write_timeout);
-        let requests = Arc::clone(&activity);
-        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
-            // The peer comes from the socket, for the admin rule; never from a header.
-            req.extensions_mut().insert(ConnectInfo(peer));
-            // HTTP/2's idle time is counted from its last request's end (`crate::http::sniff`); an
-            // HTTP/1 connection's is hyper's.
-            let in_flight = (req.version() == hyper::Version::HTTP_2).then(|| requests.begin());
-            let refused = tls.as_ref().and_then(|(tls, cert)| {
-                (!cert && tls.needs_client_cert(req.uri().path()))
-                    .then(|| no_client_cert(is_grpc(req.headers())))
-            });
-            let answer = frontend.clone();
-            async move {
-                let resp = match refused {
-                    Some(refusal) => refusal,
-                    None => answer.call(req).await?,
-                };
-                Ok::<_, Infallible>(match in_flight {
-                    Some(guard) => resp.map(|body| {
-                        axum::body::Body::new(Tracked {
-                            body,
-                            in_flight: guard,
-                        })
-                    }),
-                    None => resp,
-                })
-            }
-        });
-        let io = TokioIo::new(SniffTimeout::new(io, idle, activity));
-        if let Err(e) = watcher
-            .watch(builder.serve_connection(io, service).into_owned())
-            .await
-        {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
-        }
-    }
-}
-
-/// The answer to a request that needs a client certificate on a connection that presented
-/// none: a gRPC `UNAUTHENTICATED`, or an HTTP 403 in the API's JSON.
-fn no_client_cert(grpc: bool) -> Response {
-    const WHY: &str = "this route needs a client certificate (server.tls.client_ca_file, \
-                       server.tls.client_auth); the connection presented none";
-    if grpc {
-        tonic::Status::unauthenticated(WHY).into_http()
-    } else {
-        use axum::response::IntoResponse as _;
-        crate::node::error::ApiError::new(axum::http::StatusCode::FORBIDDEN, WHY).into_response()
-    }
-}
-
 /// The connections refused because `server.max_connections` were open: counted, and logged
 /// at most once a minute.
 #[derive(Default)]
@@ -662,40 +583,6 @@ impl Refusals {
             self.since_log = 0;
             self.logged = Some(std::time::Instant::now());
         }
-    }
-}
-
-/// An HTTP/2 answer's body, which ends its request (for the idle rule) when hyper drops it,
-/// and notes each frame it gives hyper until hyper comes back for the next (for the rule of
-/// answers left unread, `crate::http::sniff`).
-struct Tracked {
-    body: axum::body::Body,
-    in_flight: InFlight,
-}
-
-impl http_body::Body for Tracked {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let this = &mut *self;
-        this.in_flight.taken();
-        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
-        if let std::task::Poll::Ready(Some(Ok(_))) = &polled {
-            this.in_flight.produced();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
     }
 }
 
