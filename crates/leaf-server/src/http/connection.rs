@@ -91,7 +91,19 @@ fn no_client_cert(grpc: bool) -> Response {
         tonic::Status::unauthenticated(WHY).into_http()
     } else {
         use axum::response::IntoResponse as _;
-        crate::node::error::ApiError::new(axum::http::StatusCode::FORBIDDEN, WHY).into_response()
+        let mut resp = crate::node::error::ApiError::new(axum::http::StatusCode::FORBIDDEN, WHY)
+            .into_response();
+        // As the router's answers (`crate::http::safety_headers`), which this one never reaches.
+        let headers = resp.headers_mut();
+        headers.insert(
+            axum::http::header::X_CONTENT_TYPE_OPTIONS,
+            axum::http::HeaderValue::from_static("nosniff"),
+        );
+        headers.insert(
+            axum::http::header::CACHE_CONTROL,
+            axum::http::HeaderValue::from_static("no-store"),
+        );
+        resp
     }
 }
 

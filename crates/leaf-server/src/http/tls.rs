@@ -173,6 +173,13 @@ impl Material {
             )
         })?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        if tls.client_ca_file.is_some() {
+            // A resumed session carries the client certificate of its first handshake without
+            // verifying it again: a certificate that expired or a CA file that changed since
+            // would still pass. With client certificates, every connection has a full handshake.
+            config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            config.send_tls13_tickets = 0;
+        }
         Ok(Material {
             config: Arc::new(config),
             not_after,
@@ -188,6 +195,8 @@ pub(crate) struct ServerTls {
     /// The bytes last read (loaded or not), so that one change is tried, logged and counted
     /// once.
     seen: Mutex<Result<Vec<Vec<u8>>, String>>,
+    /// A change read once, taken if the next reading finds the same bytes.
+    pending: Mutex<Option<Result<Vec<Vec<u8>>, String>>>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -221,6 +230,7 @@ impl ServerTls {
             files: files.clone(),
             current: RwLock::new(Arc::clone(&material.config)),
             seen: Mutex::new(Ok(material.bytes)),
+            pending: Mutex::new(None),
             metrics,
         })
     }
@@ -236,8 +246,17 @@ impl ServerTls {
         if !forced && *seen == bytes {
             return Reload::Unchanged;
         }
+        // A change is taken once it has held for one reading: cert-manager, the kubelet or a
+        // `cp` replace the files one after another, and a reading between two of them would
+        // pair a new certificate with the old key (an error, though nothing is wrong).
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if !forced && pending.as_ref() != Some(&bytes) {
+            *pending = Some(bytes);
+            return Reload::Unchanged;
+        }
+        *pending = None;
         *seen = bytes.clone();
-        drop(seen);
+        drop((seen, pending));
         let loaded = bytes.and_then(|b| {
             Material::from_bytes(&self.files, b, expiry::now())
                 .map_err(|(key, why)| format!("{key}: {why}"))
@@ -334,8 +353,20 @@ impl ServerTls {
     where
         W: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
+        // One deadline for the first bytes and the handshake together.
+        let deadline = tokio::time::Instant::now() + limit;
         let mut first = [0u8; 3];
-        let peeked = tokio::time::timeout(limit, stream.peek(&mut first)).await;
+        let mut peeked = tokio::time::timeout_at(deadline, stream.peek(&mut first)).await;
+        // A prior-knowledge HTTP/2 client is told by "PRI": a first segment shorter than that
+        // gets a moment more, so that it is not answered in HTTP/1.
+        if let Ok(Ok(n @ 1..3)) = peeked
+            && first[0] == b'P'
+        {
+            tokio::time::sleep(Duration::from_millis(100).min(limit)).await;
+            peeked = tokio::time::timeout_at(deadline, stream.peek(&mut first))
+                .await
+                .map(|r| r.map(|m| m.max(n)));
+        }
         match peeked {
             Ok(Ok(n)) if n > 0 && first[0] == HANDSHAKE_RECORD => {}
             Ok(Ok(n)) if n > 0 => {
@@ -345,11 +376,12 @@ impl ServerTls {
                 refuse_plaintext(stream, &first[..n]).await;
                 return None;
             }
-            // Closed, failed, or silent for the whole limit.
+            // Closed, failed, or silent for the whole limit: not counted (a load balancer's
+            // TCP check looks the same).
             _ => return None,
         }
         let acceptor = tokio_rustls::TlsAcceptor::from(self.config());
-        match tokio::time::timeout(limit, acceptor.accept(wrap(stream))).await {
+        match tokio::time::timeout_at(deadline, acceptor.accept(wrap(stream))).await {
             Ok(Ok(tls)) => Some(tls),
             Ok(Err(e)) => {
                 if let Some(m) = &self.metrics {

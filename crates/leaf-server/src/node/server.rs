@@ -67,6 +67,14 @@ pub async fn run(loaded: Loaded) -> anyhow::Result<()> {
         .with_context(|| format!("server.listen: cannot listen on {}", config.server.listen))?;
     let local = listener.local_addr()?;
     let running = start(&config, local).await?;
+    // The TLS files were checked when the configuration was read; start-up can take seconds,
+    // and a node whose files went bad meanwhile stops here with an error, not serving nothing.
+    if config.server.tls.enabled()
+        && let Err((key, why)) = crate::http::tls::Material::read(&config.server.tls)
+    {
+        running.stop().await;
+        anyhow::bail!("{key}: {why}");
+    }
     tracing::info!(listen = %local, "leaf-server serving");
     if config.server.grpc {
         tracing::info!("gRPC served on the same port (server.grpc)");

@@ -41,6 +41,10 @@ impl Tls {
         self.stream.conn.peer_certificates().unwrap()[0].to_vec()
     }
 
+    fn handshake(&self) -> Option<rustls::HandshakeKind> {
+        self.stream.conn.handshake_kind()
+    }
+
     fn alpn(&self) -> Option<Vec<u8>> {
         self.stream.conn.alpn_protocol().map(<[u8]>::to_vec)
     }
@@ -72,6 +76,15 @@ impl Tls {
         self.stream.read_exact(&mut body)?;
         raw.extend_from_slice(&body);
         parse_reply(&raw)
+    }
+}
+
+impl Reply {
+    fn headers_named(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -179,6 +192,9 @@ fn one_tls_port_serves_http1_and_grpc_by_alpn_and_refuses_plain_clients_in_their
     assert_eq!(r.ids().len(), 3, "{}", r.body);
     let r = conn.get("/api/segment/get/leaf-segment-test").unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
+    // Without client certificates a session resumes (the tickets came with the answers).
+    let again = Tls::connect(s.port, Arc::clone(&h1)).unwrap();
+    assert_eq!(again.handshake(), Some(rustls::HandshakeKind::Resumed));
     // HTTP/2 is chosen when offered.
     let h2 = client_config(&ca.pem(), None, &[b"h2", b"http/1.1"]);
     assert_eq!(
@@ -414,12 +430,18 @@ fn client_certificates_guard_the_routes_of_client_auth_and_bad_ones_fail_the_han
         assert_eq!(r.status, 403, "{guarded}: {}", r.body);
         assert!(r.body.contains("needs a client certificate"), "{}", r.body);
     }
+    let good_config = with(&good);
+    let mut first = Tls::connect(s.port, Arc::clone(&good_config)).unwrap();
+    assert_eq!(first.get("/v1/snowflake?count=2").unwrap().ids().len(), 2);
+    // With client certificates no session resumes: a resumed one would carry the certificate
+    // of its first handshake unverified (expired since, or of a CA removed since).
+    let again = Tls::connect(s.port, Arc::clone(&good_config)).unwrap();
+    assert_eq!(again.handshake(), Some(rustls::HandshakeKind::Full));
+    let refused = https(s.port, &none, "/v1/snowflake?count=1").unwrap();
+    assert_eq!(refused.headers_named("cache-control"), Some("no-store"));
     assert_eq!(
-        https(s.port, &with(&good), "/v1/snowflake?count=2")
-            .unwrap()
-            .ids()
-            .len(),
-        2
+        refused.headers_named("x-content-type-options"),
+        Some("nosniff")
     );
     for (name, bad) in [("expired", &expired), ("unknown", &stranger)] {
         let refused = https(s.port, &with(bad), "/healthz");

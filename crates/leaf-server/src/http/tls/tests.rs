@@ -74,3 +74,53 @@ fn the_probes_routes_never_need_a_certificate_and_admin_guards_by_default() {
         assert!(!none.needs_client_cert(guarded), "{guarded}");
     }
 }
+
+#[test]
+fn a_pair_replaced_file_by_file_is_taken_once_whole_and_counts_no_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (pair("first"), pair("second"));
+    let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+    write("cert.pem", &first.0);
+    write("key.pem", &first.1);
+    let files = TlsConfig {
+        cert_file: Some(dir.path().join("cert.pem")),
+        key_file: Some(dir.path().join("key.pem")),
+        client_ca_file: None,
+        client_auth: None,
+    };
+    let tls = ServerTls::new(&files, None).unwrap();
+    assert_eq!(tls.reload(false), Reload::Unchanged);
+    // The key first, read before the certificate follows: a new key with the old certificate.
+    write("key.pem", &second.1);
+    assert_eq!(
+        tls.reload(false),
+        Reload::Unchanged,
+        "a change is held once first"
+    );
+    write("cert.pem", &second.0);
+    assert_eq!(
+        tls.reload(false),
+        Reload::Unchanged,
+        "changed again: held again"
+    );
+    assert_eq!(tls.reload(false), Reload::Loaded);
+    assert_eq!(tls.reload(false), Reload::Unchanged);
+    // A bad pair that stays: one error, then quiet.
+    write("key.pem", &first.1);
+    assert_eq!(tls.reload(false), Reload::Unchanged);
+    assert!(matches!(tls.reload(false), Reload::Kept(why) if why.contains("does not go with")));
+    assert_eq!(tls.reload(false), Reload::Unchanged);
+    // SIGHUP reads and loads at once.
+    write("key.pem", &second.1);
+    assert_eq!(tls.reload(true), Reload::Loaded);
+}
+
+/// A self-signed certificate for `localhost` and its key, as PEM.
+fn pair(name: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".into()]).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+}
