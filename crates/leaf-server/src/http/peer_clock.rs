@@ -31,26 +31,60 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_ANSWER_BYTES: usize = 4096;
 
 /// Asks `peer` (`ip:port`) for its clock: one HTTP/1.1 `GET /v1/time` on a connection of its
-/// own, within `timeout`; over TLS when `tls` (the nodes of a cluster share `[server.tls]`),
-/// without verifying the peer's certificate (`crate::http::tls::unverified_client` says why).
+/// own, within `timeout`; over TLS when `tls` (this node's port speaks it), without verifying
+/// the peer's certificate (`crate::http::tls::unverified_client` says why). A peer that speaks
+/// the other (a cluster while TLS is rolled out node by node) is asked again in its own, so
+/// that the check does not pass unseen for want of an answer.
 pub async fn http_time(peer: String, timeout: Duration, tls: bool) -> Result<u64, String> {
     tokio::time::timeout(timeout, async {
-        let stream = tokio::net::TcpStream::connect(&peer)
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        if !tls {
-            return time_over(TokioIo::new(stream), &peer).await;
+        match ask(&peer, tls).await {
+            Err(Ask::OtherMode(why)) => ask(&peer, !tls).await.map_err(|e| {
+                let e = match e {
+                    Ask::OtherMode(e) | Ask::Failed(e) => e,
+                };
+                format!(
+                    "{why}; then, {}: {e}",
+                    if tls { "in plain text" } else { "over TLS" }
+                )
+            }),
+            Err(Ask::Failed(e)) => Err(e),
+            Ok(t) => Ok(t),
         }
-        let host = peer.rsplit_once(':').map_or(peer.as_str(), |(h, _)| h);
-        let name = crate::http::tls::server_name(host).map_err(|e| format!("TLS: {e}"))?;
-        let stream = tokio_rustls::TlsConnector::from(crate::http::tls::unverified_client())
-            .connect(name, stream)
-            .await
-            .map_err(|e| format!("TLS handshake: {e}"))?;
-        time_over(TokioIo::new(stream), &peer).await
     })
     .await
     .map_err(|_| format!("no answer within {} ms", timeout.as_millis()))?
+}
+
+/// Why a peer gave no time: it speaks the other mode (plain text against TLS, or the
+/// reverse), or anything else.
+enum Ask {
+    OtherMode(String),
+    Failed(String),
+}
+
+/// One `GET /v1/time` to `peer`, over TLS when `tls`.
+async fn ask(peer: &str, tls: bool) -> Result<u64, Ask> {
+    let stream = tokio::net::TcpStream::connect(peer)
+        .await
+        .map_err(|e| Ask::Failed(format!("cannot connect: {e}")))?;
+    if !tls {
+        return time_over(TokioIo::new(stream), peer).await.map_err(|e| {
+            if e.contains("this port speaks TLS") {
+                Ask::OtherMode(e)
+            } else {
+                Ask::Failed(e)
+            }
+        });
+    }
+    let host = peer.rsplit_once(':').map_or(peer, |(h, _)| h);
+    let name = crate::http::tls::server_name(host).map_err(|e| Ask::Failed(format!("TLS: {e}")))?;
+    let stream = tokio_rustls::TlsConnector::from(crate::http::tls::unverified_client())
+        .connect(name, stream)
+        .await
+        .map_err(|e| Ask::OtherMode(format!("TLS handshake: {e}")))?;
+    time_over(TokioIo::new(stream), peer)
+        .await
+        .map_err(Ask::Failed)
 }
 
 /// One `GET /v1/time` over `io`.
@@ -73,7 +107,13 @@ where
             .await
             .map_err(|e| format!("request: {e}"))?;
         if !response.status().is_success() {
-            return Err(format!("/v1/time answered {}", response.status()));
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_owned())
+                .unwrap_or_default();
+            return Err(format!("/v1/time answered {status}: {body}"));
         }
         let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
             .collect()

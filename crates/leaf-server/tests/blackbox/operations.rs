@@ -32,6 +32,12 @@ async fn the_time_route_answers_the_wall_clock() {
             .await
             .unwrap();
     assert!(by_getter >= now_ms);
+    // A node whose port speaks TLS asks this plain one in plain text after its handshake fails.
+    let from_tls_node =
+        peer_clock::http_time(format!("127.0.0.1:{}", server.port), PEER_TIMEOUT, true)
+            .await
+            .unwrap();
+    assert!(from_tls_node >= by_getter);
 }
 
 #[tokio::test]

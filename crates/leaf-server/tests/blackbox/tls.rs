@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use leaf_server::grpc::pb::NextSnowflakeIdsRequest;
 use leaf_server::grpc::pb::snowflake_client::SnowflakeClient;
+use leaf_server::peer_clock;
 use rustls::pki_types::ServerName;
 
 use super::common::certs::{Ca, Pair, client_config, put};
@@ -281,6 +282,16 @@ fn one_tls_port_serves_http1_and_grpc_by_alpn_and_refuses_plain_clients_in_their
         );
     }
     assert!(metric(s.port, &h1, "leaf_tls_handshake_failures_total") >= 4.0);
+
+    // A peer's clock over TLS, and from a plain node, which is told the port speaks TLS and
+    // asks again over TLS.
+    for tls in [true, false] {
+        let peer = format!("127.0.0.1:{}", s.port);
+        let t = rt
+            .block_on(peer_clock::http_time(peer, peer_clock::PEER_TIMEOUT, tls))
+            .unwrap_or_else(|e| panic!("tls {tls}: {e}"));
+        assert!(t > 1_700_000_000_000, "{t}");
+    }
 
     // The container's probe speaks TLS to its own port.
     let mut probe = command(
