@@ -103,6 +103,18 @@ fn keys(env: &[(String, String)]) -> Vec<(&str, &str)> {
 }
 
 /// A PKI with a server certificate `server` for `localhost` and `127.0.0.1`, by the trusted CA.
+/// [`pki_with_server`] and a client certificate `client` of the trusted CA.
+fn pki_with_client() -> Pki {
+    let pki = pki_with_server();
+    pki.issue(
+        &pki.ca,
+        "client",
+        &["leaf-client"],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    pki
+}
+
 fn pki_with_server() -> Pki {
     let pki = Pki::new();
     pki.issue(
@@ -190,13 +202,7 @@ fn the_blocking_client_gets_ids_over_https() {
 /// another CA fails the handshake everywhere, which is no server's answer: `Unavailable`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_where_the_servers_ask_for_one() {
-    let pki = pki_with_server();
-    pki.issue(
-        &pki.ca,
-        "client",
-        &["leaf-client"],
-        ExtendedKeyUsagePurpose::ClientAuth,
-    );
+    let pki = pki_with_client();
     pki.issue(
         &pki.other_ca,
         "stranger",
@@ -319,13 +325,7 @@ async fn an_untrusted_endpoint_is_skipped_for_the_next() {
 /// naming the field and the file; nothing panics.
 #[test]
 fn tls_settings_errors_name_the_field_and_the_file() {
-    let pki = pki_with_server();
-    pki.issue(
-        &pki.ca,
-        "client",
-        &["leaf-client"],
-        ExtendedKeyUsagePurpose::ClientAuth,
-    );
+    let pki = pki_with_client();
     let garbage = pki.write("garbage.pem", "not a certificate\n");
     let broken = pki.write(
         "broken.pem",

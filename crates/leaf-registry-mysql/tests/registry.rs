@@ -290,7 +290,7 @@ async fn too_many_connections_1040_is_a_server_reached() {
 /// file (issue 32).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_answered_1040_and_is_gone_was_reached() {
-    let e = answered_and_gone::<Backend, _, _>(async |mut stream: TcpStream| {
+    answered_and_gone::<Backend, _, _>(async |mut stream: TcpStream| {
         // The packet: its payload's length (3 bytes, little-endian) and sequence id 0; the
         // payload: 0xFF, the error code (little-endian), `#` and the SQL state, the message.
         let payload = [
@@ -307,11 +307,6 @@ async fn a_server_that_answered_1040_and_is_gone_was_reached() {
         stream.shutdown().await.expect("the end of the answer");
     })
     .await;
-    let text = e.to_string();
-    assert!(
-        text.contains("refuses connections") && text.contains("could be opened"),
-        "{text}"
-    );
 }
 
 /// Statements the server refuses once the connection opened (B's user may run one statement

@@ -238,7 +238,7 @@ async fn too_many_connections_53300_is_a_server_reached() {
 /// cache file (issue 32).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_answered_53300_and_is_gone_was_reached() {
-    let e = answered_and_gone::<Backend, _, _>(async |mut stream: TcpStream| {
+    answered_and_gone::<Backend, _, _>(async |mut stream: TcpStream| {
         // The client's first message (its length, big-endian, counts itself): an SSLRequest,
         // declined, and then the StartupMessage; or the StartupMessage at once.
         let mut first = [0; 8];
@@ -281,11 +281,6 @@ async fn a_server_that_answered_53300_and_is_gone_was_reached() {
         stream.shutdown().await.expect("the end of the answer");
     })
     .await;
-    let text = e.to_string();
-    assert!(
-        text.contains("refuses connections") && text.contains("could be opened"),
-        "{text}"
-    );
 }
 
 /// A session setup the server refuses (`set_config`, which sets the lock session's idle limit,

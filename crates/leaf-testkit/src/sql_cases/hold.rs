@@ -124,8 +124,9 @@ pub async fn a_server_that_accepts_and_never_answers_was_reached<B: SqlBackend>(
 /// A server that answers one connection with `answer` (an error of its own, in its protocol)
 /// and is gone before its answer is read: no connection opens to it afterwards, so only its
 /// answer tells that it was reached. B claims through it while A holds the identity (as
-/// [`a_claim_that_reached_the_server_never_starts_from_the_cache_file`]): B's error.
-pub async fn a_server_that_answered_and_is_gone_was_reached<B, F, Fut>(answer: F) -> Error
+/// [`a_claim_that_reached_the_server_never_starts_from_the_cache_file`]), and its error says
+/// the server refuses connections although one could be opened.
+pub async fn a_server_that_answered_and_is_gone_was_reached<B, F, Fut>(answer: F)
 where
     B: SqlBackend,
     F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
@@ -155,7 +156,11 @@ where
     answered
         .expect("B connected to the server")
         .expect("the server answered");
-    e
+    let text = e.to_string();
+    assert!(
+        text.contains("refuses connections") && text.contains("could be opened"),
+        "{text}"
+    );
 }
 
 /// Refused credentials (MySQL 1045, PostgreSQL 28P01): the server answered.
