@@ -14,6 +14,8 @@ pub mod memory;
 pub mod memory_registry;
 #[cfg(feature = "business")]
 pub mod period_cases;
+#[cfg(feature = "pki")]
+pub mod pki;
 #[cfg(feature = "provision")]
 pub mod provision;
 #[cfg(feature = "provision")]

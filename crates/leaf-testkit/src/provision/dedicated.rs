@@ -26,9 +26,23 @@ pub async fn dedicated_with(
     kind: &'static ServerKind,
     args: &[&str],
 ) -> Result<Dedicated, ProvisionError> {
+    dedicated_with_files(kind, args, Vec::new(), Vec::new()).await
+}
+
+/// As [`dedicated_with`], with `files` (a path in the container, its mode, its bytes) copied
+/// into the container before it starts, and `env` beyond the kind's variables: a secured
+/// server's certificates and settings.
+pub async fn dedicated_with_files(
+    kind: &'static ServerKind,
+    args: &[&str],
+    files: Vec<(String, u32, Vec<u8>)>,
+    env: Vec<(String, String)>,
+) -> Result<Dedicated, ProvisionError> {
     let cmd = args.iter().map(|a| a.to_string()).collect();
     let launch = Launch {
         host_port: Some(free_port()?),
+        files,
+        env,
         ..Launch::default()
     };
     let (container, endpoint) = on_runtime(launch_container_cmd(kind, launch, cmd)).await?;
@@ -53,6 +67,9 @@ pub(crate) struct Launch {
     pub(crate) name: Option<String>,
     /// Variables beyond the kind's.
     pub(crate) env: Vec<(String, String)>,
+    /// Files copied into the container before it starts: its path, its mode and its bytes
+    /// (the certificates of a secured server).
+    pub(crate) files: Vec<(String, u32, Vec<u8>)>,
 }
 
 /// A container owned by one test; removed by [`remove`](Dedicated::remove), or in the

@@ -187,6 +187,7 @@ impl LeafCluster {
             name: Some(format!("{network}-leaf{index}")),
             network: Some(network),
             env: self.env.clone(),
+            files: Vec::new(),
         };
         let node = Dedicated::launch(&LEAF_SERVER, launch).await?;
         node.wait_ready().await?;

@@ -54,7 +54,7 @@ mod sql;
 mod zookeeper;
 
 pub(crate) use dedicated::Launch;
-pub use dedicated::{Dedicated, dedicated, dedicated_with};
+pub use dedicated::{Dedicated, dedicated, dedicated_with, dedicated_with_files};
 pub use etcd::{ETCD, EtcdCluster, EtcdNamespace, etcd_cluster, etcd_namespace, etcd_namespace_on};
 pub use leaf_server::{Coordination, LEAF_SERVER, LeafCluster, get as http_get, leaf_cluster};
 pub use mysql::{MYSQL, mysql_database, mysql_database_on};
@@ -332,6 +332,12 @@ async fn launch_container_cmd(
     if let Some(name) = launch.name {
         request = request.with_container_name(name);
     }
+    for (path, mode, bytes) in launch.files {
+        request = request.with_copy_to(
+            testcontainers::CopyTargetOptions::new(path).with_mode(mode),
+            bytes,
+        );
+    }
     let container = request.start().await.map_err(|e| {
         let mut msg = format!("{}: cannot start a container of {image}: {e}", kind.name);
         let text = e.to_string();
@@ -414,6 +420,7 @@ pub(crate) async fn launch_cluster(
             network: Some(network.clone()),
             name: Some(name.clone()),
             env: env(i, &names, &network),
+            files: Vec::new(),
         };
         members.push(Dedicated::launch(kind, launch).await?);
     }

@@ -170,6 +170,7 @@ pub async fn redis_with_replica() -> Result<(Dedicated, Dedicated), ProvisionErr
             network: Some(network.clone()),
             name: Some(name),
             env: Vec::new(),
+            files: Vec::new(),
         };
         let (container, endpoint) = on_runtime(launch_container_cmd(&REDIS, launch, cmd)).await?;
         let d = Dedicated {

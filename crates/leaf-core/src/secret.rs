@@ -1,0 +1,77 @@
+//! Secrets read from files, as Kubernetes mounts them: a backend reads a `password_file` (or a
+//! key named `*_file`) each time it connects, so a rotated secret takes effect at the next
+//! connection without a restart. The value is never logged: errors name the key and the path,
+//! never the content.
+
+use std::path::Path;
+
+use crate::{Error, Result};
+
+/// The secret of `inline` (the key `key`, such as `password`) or of the file of `file` (the key
+/// `{key}_file`), read now: the file's text without one trailing line break (`echo` and most
+/// secret tools add one). `Config` naming the keys when both are set, and naming `{key}_file`
+/// and its path when the file cannot be read or is empty.
+pub fn secret(key: &str, inline: Option<&str>, file: Option<&Path>) -> Result<Option<String>> {
+    match (inline, file) {
+        (Some(_), Some(_)) => Err(Error::Config(format!(
+            "{key} and {key}_file are both set: give one"
+        ))),
+        (Some(value), None) => Ok(Some(value.to_owned())),
+        (None, None) => Ok(None),
+        (None, Some(path)) => read_secret_file(&format!("{key}_file"), path).map(Some),
+    }
+}
+
+/// The text of the secret file `path` (the key `key`) without one trailing line break; `Config`
+/// naming `key` and the path when it cannot be read or holds nothing.
+pub fn read_secret_file(key: &str, path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Config(format!("{key}: cannot read {}: {e}", path.display())))?;
+    let value = text
+        .strip_suffix("\r\n")
+        .or_else(|| text.strip_suffix('\n'))
+        .unwrap_or(&text);
+    if value.is_empty() {
+        return Err(Error::Config(format!("{key}: {} is empty", path.display())));
+    }
+    Ok(value.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_gives_its_text_without_one_line_break() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pw");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        assert_eq!(
+            secret("password", None, Some(&path)).unwrap().as_deref(),
+            Some("s3cret")
+        );
+        std::fs::write(&path, "two\n\n").unwrap();
+        assert_eq!(read_secret_file("password_file", &path).unwrap(), "two\n");
+        std::fs::write(&path, "crlf\r\n").unwrap();
+        assert_eq!(read_secret_file("password_file", &path).unwrap(), "crlf");
+    }
+
+    #[test]
+    fn each_failure_names_the_key_and_never_the_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pw");
+        let both = secret("password", Some("x"), Some(&path)).unwrap_err();
+        assert!(both.to_string().contains("password_file"), "{both}");
+        let missing = secret("password", None, Some(&path)).unwrap_err();
+        assert!(missing.to_string().contains("password_file"), "{missing}");
+        std::fs::write(&path, "\n").unwrap();
+        let empty = secret("password", None, Some(&path)).unwrap_err();
+        assert!(empty.to_string().contains("is empty"), "{empty}");
+        std::fs::write(&path, "hunter2").unwrap();
+        assert_eq!(secret("password", None, None).unwrap(), None);
+        assert_eq!(
+            secret("password", Some("inline"), None).unwrap().as_deref(),
+            Some("inline")
+        );
+    }
+}
