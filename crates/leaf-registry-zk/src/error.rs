@@ -25,9 +25,18 @@ pub(crate) fn map_zk(e: zk::Error, what: &str) -> Error {
         }
         Z::Throttled => unavailable("zookeeper throttled the request"),
         Z::NotReadOnly => unavailable("only a read-only zookeeper server is reachable"),
-        Z::NoAuth | Z::AuthFailed | Z::InvalidAcl => Error::Config(format!(
-            "address: zookeeper refused access to {what}; the nodes under root must be open \
-             to this client"
+        // Named after the key that decides who this client is: another user's node (or a
+        // parent whose acl does not let this one create or delete there).
+        Z::NoAuth => Error::Config(format!(
+            "auth: zookeeper refused this client access to {what}: the acl there grants nothing \
+             to the identity of auth (or auth_file), or to a client without one; grant it on the \
+             existing nodes (setacl) or configure the identity they were created for"
+        )),
+        Z::AuthFailed => Error::Config(format!(
+            "auth: zookeeper refused the authentication of this client ({what})"
+        )),
+        Z::InvalidAcl => Error::Config(format!(
+            "acl: zookeeper refused the acl of {what} as invalid"
         )),
         Z::NoNode => Error::NotFound(format!("zookeeper node {what}")),
         Z::NodeExists => Error::AlreadyExists(format!("zookeeper node {what}")),
@@ -88,7 +97,18 @@ mod tests {
         ] {
             check(e, true, unavailable);
         }
-        check(zk::Error::NoAuth, false, |e| matches!(e, Error::Config(_)));
+        for (e, key) in [
+            (zk::Error::NoAuth, "auth: "),
+            (zk::Error::AuthFailed, "auth: "),
+            (zk::Error::InvalidAcl, "acl: "),
+        ] {
+            check(e.clone(), false, |e| matches!(e, Error::Config(_)));
+            let mapped = map_zk(e, "/snowflake/leaf");
+            assert!(
+                matches!(&mapped, Error::Config(m) if m.starts_with(key) && m.contains("/snowflake/leaf")),
+                "{mapped}"
+            );
+        }
         check(zk::Error::NoNode, false, |e| {
             matches!(e, Error::NotFound(_))
         });

@@ -23,21 +23,28 @@ use crate::error::{bounded, map_zk};
 use crate::node::{self, InUse, NotUse};
 use crate::session::{Session, ensure_dir};
 
-/// The paths of one pool.
+/// The paths of one pool, and the ACL of the nodes created in it.
 #[derive(Clone, Debug)]
 pub(crate) struct Pool {
     pub(crate) notuse: String,
     pub(crate) inuse: String,
     pub(crate) epoch: String,
+    acls: Arc<[zk::Acl]>,
 }
 
 impl Pool {
-    pub(crate) fn new(base: &str) -> Self {
+    pub(crate) fn new(base: &str, acls: Arc<[zk::Acl]>) -> Self {
         Pool {
             notuse: format!("{base}/recycle/notuse"),
             inuse: format!("{base}/recycle/inuse"),
             epoch: format!("{base}/recycle/epoch"),
+            acls,
         }
+    }
+
+    /// How the pool's nodes are created: persistent, with the configured ACL.
+    fn persistent(&self) -> zk::CreateOptions<'_> {
+        CreateMode::Persistent.with_acls(Acls::new(&self.acls))
     }
 
     pub(crate) fn notuse_of(&self, id: u64) -> String {
@@ -53,8 +60,17 @@ impl Pool {
     }
 }
 
-fn persistent() -> zk::CreateOptions<'static> {
-    CreateMode::Persistent.with_acls(Acls::anyone_all())
+/// A multi-op whose operation was refused for want of rights (this client's identity is not
+/// in the node's or its parent's ACL) is no race lost to another claimer: a failed request, so
+/// that it surfaces as the `auth` error it is rather than as an id taken or a lease lost.
+fn refused(e: MultiWriteError) -> MultiWriteError {
+    match e {
+        MultiWriteError::OperationFailed {
+            source: source @ (zk::Error::NoAuth | zk::Error::InvalidAcl),
+            ..
+        } => MultiWriteError::RequestFailed { source },
+        other => other,
+    }
 }
 
 /// How many missing ids one multi-op seeds.
@@ -64,9 +80,9 @@ const SEED_BATCH: usize = 128;
 /// is a multi-op that also creates and deletes `inuse/{id}`, so it fails, changing nothing, if
 /// the id is claimed meanwhile: an id never lands in both directories.
 pub(crate) async fn seed(client: &zk::Client, pool: &Pool, max: u64) -> Result<()> {
-    ensure_dir(client, &pool.notuse).await?;
-    ensure_dir(client, &pool.inuse).await?;
-    ensure_dir(client, &pool.epoch).await?;
+    ensure_dir(client, &pool.notuse, &pool.acls).await?;
+    ensure_dir(client, &pool.inuse, &pool.acls).await?;
+    ensure_dir(client, &pool.epoch, &pool.acls).await?;
     let free = node::to_json(&NotUse { mark: 0 });
     // Nodes starting together race to seed the same ids: a batch that fails is listed again
     // (the winner's batch is all there by then), and only after that one id at a time.
@@ -81,7 +97,7 @@ pub(crate) async fn seed(client: &zk::Client, pool: &Pool, max: u64) -> Result<(
             for id in chunk {
                 add_seed(&mut w, pool, *id, &free)?;
             }
-            match w.commit().await {
+            match w.commit().await.map_err(refused) {
                 Ok(_) => {}
                 Err(MultiWriteError::OperationFailed { .. }) => all_in = false,
                 Err(MultiWriteError::RequestFailed { source }) => {
@@ -96,7 +112,7 @@ pub(crate) async fn seed(client: &zk::Client, pool: &Pool, max: u64) -> Result<(
     for id in missing_ids(client, pool, max).await? {
         let mut w = client.new_multi_writer();
         add_seed(&mut w, pool, id, &free)?;
-        match w.commit().await {
+        match w.commit().await.map_err(refused) {
             // Failed: seeded or claimed meanwhile.
             Ok(_) | Err(MultiWriteError::OperationFailed { .. }) => {}
             Err(MultiWriteError::RequestFailed { source }) => {
@@ -119,9 +135,9 @@ async fn missing_ids(client: &zk::Client, pool: &Pool, max: u64) -> Result<Vec<u
 
 fn add_seed(w: &mut zk::MultiWriter<'_>, pool: &Pool, id: u64, free: &[u8]) -> Result<()> {
     let inuse = pool.inuse_of(id);
-    w.add_create(&inuse, &[], &persistent())
+    w.add_create(&inuse, &[], &pool.persistent())
         .and_then(|()| w.add_delete(&inuse, None))
-        .and_then(|()| w.add_create(&pool.notuse_of(id), free, &persistent()))
+        .and_then(|()| w.add_create(&pool.notuse_of(id), free, &pool.persistent()))
         .map_err(|e| map_zk(e, &inuse))
 }
 
@@ -211,9 +227,9 @@ pub(crate) async fn commit_claim(
     let mut w = client.new_multi_writer();
     w.add_delete(&path, Some(candidate.version))
         .and_then(|()| w.add_set_data(&pool.epoch_of(id), &[], Some(candidate.epoch)))
-        .and_then(|()| w.add_create(&inuse, &data, &persistent()))
+        .and_then(|()| w.add_create(&inuse, &data, &pool.persistent()))
         .map_err(|e| map_zk(e, &inuse))?;
-    match w.commit().await {
+    match w.commit().await.map_err(refused) {
         Ok(results) => {
             let mut results = results.into_iter().skip(1);
             let epoch = match results.next() {
@@ -305,7 +321,7 @@ pub(crate) async fn claim(
 /// Creates `epoch/{id}` if it is missing (at version 0: no claim yet).
 async fn create_epoch(client: &zk::Client, pool: &Pool, id: u64) -> Result<()> {
     let path = pool.epoch_of(id);
-    match client.create(&path, &[], &persistent()).await {
+    match client.create(&path, &[], &pool.persistent()).await {
         Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
         Err(e) => Err(map_zk(e, &path)),
     }
@@ -337,11 +353,11 @@ pub(crate) async fn give_back(
             w.add_create(
                 &pool.notuse_of(id),
                 &node::to_json(&NotUse { mark }),
-                &persistent(),
+                &pool.persistent(),
             )
         })
         .map_err(|e| map_zk(e, &inuse))?;
-    match w.commit().await {
+    match w.commit().await.map_err(refused) {
         Ok(_) => Ok(true),
         Err(MultiWriteError::OperationFailed { .. }) => Ok(false),
         Err(MultiWriteError::RequestFailed { source }) => Err(map_zk(source, &inuse)),
@@ -374,7 +390,7 @@ pub(crate) async fn write_claim(
     let mut w = client.new_multi_writer();
     w.add_check_version(&pool.epoch_of(id), epoch)?;
     w.add_set_data(&inuse, data, Some(version))?;
-    match w.commit().await {
+    match w.commit().await.map_err(refused) {
         Ok(results) => match results.into_iter().nth(1) {
             Some(zk::MultiWriteResult::SetData { stat }) => Ok(Written::At(stat.version)),
             _ => Err(zk::Error::UnexpectedError(format!(
@@ -565,7 +581,7 @@ mod tests {
 
     #[test]
     fn paths() {
-        let p = Pool::new("/snowflake/leaf");
+        let p = Pool::new("/snowflake/leaf", Arc::from(Vec::new()));
         assert_eq!(p.notuse_of(3), "/snowflake/leaf/recycle/notuse/3");
         assert_eq!(p.inuse_of(3), "/snowflake/leaf/recycle/inuse/3");
         assert_eq!(p.epoch_of(3), "/snowflake/leaf/recycle/epoch/3");

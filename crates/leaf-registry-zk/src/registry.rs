@@ -168,7 +168,7 @@ impl ZkClaims {
             base: format!("{}/{name}", config.root),
             // Per mode: a worker id cached by another mode must never serve a start here.
             file_name: format!("worker-{mode_name}-{name}"),
-            session: Arc::new(Session::new(&config.address, config.session_timeout())),
+            session: Arc::new(Session::new(config)?),
             lease: Mutex::new(None),
             generation: AtomicU64::new(0),
             confirmed: Arc::default(),
@@ -226,6 +226,22 @@ impl ZkClaims {
         self.session.end().await
     }
 
+    /// Test hook: who the current session is to ZooKeeper (`scheme:user`, its `whoami`),
+    /// opening a session if there is none.
+    #[cfg(feature = "_test-hooks")]
+    #[doc(hidden)]
+    pub async fn auth_users(&self) -> Result<Vec<String>> {
+        let client = self.session.client().await?;
+        let users = client
+            .list_auth_users()
+            .await
+            .map_err(|e| crate::error::map_zk(e, "whoami"))?;
+        Ok(users
+            .iter()
+            .map(|u| format!("{}:{}", u.scheme(), u.user()))
+            .collect())
+    }
+
     /// Test hook: gives this registry's ZooKeeper session up without closing it, as a client
     /// does that lost touch with a server which then keeps the session (a server restarted from
     /// its log): its ephemeral nodes stay until it expires; the next call opens a new session.
@@ -265,7 +281,7 @@ impl ZkClaims {
     #[doc(hidden)]
     pub async fn read_claim(&self, id: u64, max: u64) -> Result<Option<ReadClaim>> {
         let client = self.session.client().await?;
-        let pool = Pool::new(&self.base);
+        let pool = Pool::new(&self.base, self.session.acls());
         recycle::seed(&client, &pool, max).await?;
         Ok(recycle::read_free(&client, &pool, id).await?.map(ReadClaim))
     }
@@ -277,7 +293,7 @@ impl ZkClaims {
     #[doc(hidden)]
     pub async fn commit_read_claim(&self, read: ReadClaim, owner: &str) -> Result<Option<u64>> {
         let client = self.session.client().await?;
-        let pool = Pool::new(&self.base);
+        let pool = Pool::new(&self.base, self.session.acls());
         let claimed =
             recycle::commit_claim(&client, &pool, &read.0, owner, self.config.recycle_ttl())
                 .await?;
@@ -314,7 +330,7 @@ impl ZkClaims {
             .clamp(Duration::from_millis(50), Duration::from_secs(1));
         *slot = Some(tokio::spawn(recycle::recycler(
             self.session.clone(),
-            Pool::new(&self.base),
+            Pool::new(&self.base, self.session.acls()),
             period,
             self.clock.clone(),
         )));

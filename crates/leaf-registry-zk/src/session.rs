@@ -13,14 +13,19 @@
 //! already ended refuses the join, which is as good); the server then deletes that session's
 //! nodes and no other, and the create is tried again: it holds the node, or finds another
 //! process's.
+//!
+//! Every session authenticates as `auth` (or `auth_file`, read again for each new session), and
+//! every node it creates gets the configured ACL ([`ZkConfig::acls`]): the directories too, as
+//! ZooKeeper checks a node's deletion against its parent's ACL.
 
-use std::sync::Mutex as StdMutex;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use leaf_core::{Error, Result};
 use tokio::sync::Mutex;
 use zookeeper_client::{self as zk, Acls, CreateMode, SessionState};
 
+use crate::config::ZkConfig;
 use crate::error::{bounded, is_terminal, map_zk};
 
 /// An ephemeral node the registry keeps while it runs.
@@ -38,6 +43,10 @@ struct Ephemeral {
 pub(crate) struct Session {
     address: String,
     timeout: Duration,
+    /// Where `auth` comes from (`Debug` hides it), read at each new session.
+    access: ZkConfig,
+    /// The ACL of every node this registry creates.
+    acls: Arc<[zk::Acl]>,
     client: Mutex<Option<zk::Client>>,
     ephemerals: StdMutex<Vec<Ephemeral>>,
     /// An exclusive ephemeral that another session held when this one tried to re-create it.
@@ -91,10 +100,15 @@ pub(crate) enum Claim {
 }
 
 impl Session {
-    pub(crate) fn new(address: &str, timeout: Duration) -> Self {
-        Session {
-            address: address.to_owned(),
-            timeout,
+    /// The session of `config`; `Config` if its `auth` or `acl` cannot be used.
+    pub(crate) fn new(config: &ZkConfig) -> Result<Self> {
+        let acls = config.acls()?.into();
+        config.credentials()?;
+        Ok(Session {
+            address: config.address.clone(),
+            timeout: config.session_timeout(),
+            access: config.clone(),
+            acls,
             client: Mutex::new(None),
             ephemerals: StdMutex::default(),
             lost: StdMutex::default(),
@@ -103,7 +117,12 @@ impl Session {
             abandoned: StdMutex::default(),
             #[cfg(feature = "_test-hooks")]
             pauses: StdMutex::default(),
-        }
+        })
+    }
+
+    /// The ACL of every node this registry creates.
+    pub(crate) fn acls(&self) -> Arc<[zk::Acl]> {
+        self.acls.clone()
     }
 
     /// The session `owner`, if this registry opened it.
@@ -176,8 +195,14 @@ impl Session {
             tracing::warn!(session = ?c.session_id(), "zookeeper session ended; opening a new one");
             *slot = None;
         }
+        // Read again for each new session: a rotated secret file takes effect here.
+        let credentials = self.access.credentials()?;
         let connect = async {
-            zk::Client::connector()
+            let mut connector = zk::Client::connector();
+            if let Some(c) = &credentials {
+                connector = connector.with_auth("digest", c.as_bytes());
+            }
+            connector
                 .with_session_timeout(self.timeout)
                 // Fail at once when no server answers, so that a start while ZooKeeper is down
                 // falls back to the cache file quickly; an established session retries for ever.
@@ -313,11 +338,11 @@ impl Session {
         path: &str,
         data: &[u8],
     ) -> Result<Claim> {
-        let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+        let options = CreateMode::Ephemeral.with_acls(Acls::new(&self.acls));
         for _ in 0..3 {
             match client.create(path, data, &options).await {
                 Ok(_) => return Ok(Claim::Held),
-                Err(zk::Error::NoNode) => ensure_parent(client, path).await?,
+                Err(zk::Error::NoNode) => ensure_parent(client, path, &self.acls).await?,
                 Err(zk::Error::NodeExists) => match client.check_stat(path).await {
                     Ok(Some(stat)) if stat.ephemeral_owner == client.session_id().0 => {
                         return Ok(Claim::Held);
@@ -438,18 +463,24 @@ async fn close(client: zk::Client, limit: Duration) -> Result<()> {
     .await
 }
 
-/// Creates the parent directories of `path` (persistent nodes), as `mkdir -p`.
-pub(crate) async fn ensure_parent(client: &zk::Client, path: &str) -> Result<()> {
+/// Creates the parent directories of `path` (persistent nodes with `acls`), as `mkdir -p`.
+pub(crate) async fn ensure_parent(client: &zk::Client, path: &str, acls: &[zk::Acl]) -> Result<()> {
     match path.rfind('/') {
-        Some(i) if i > 0 => ensure_dir(client, &path[..i]).await,
+        Some(i) if i > 0 => ensure_dir(client, &path[..i], acls).await,
         _ => Ok(()),
     }
 }
 
-/// Creates the persistent directory `dir` and its parents, as `mkdir -p`.
-pub(crate) async fn ensure_dir(client: &zk::Client, dir: &str) -> Result<()> {
+/// Creates the persistent directory `dir` and its parents with `acls`, as `mkdir -p`. One that
+/// exists is left as it is (ZooKeeper would check a create against its parent's ACL first).
+pub(crate) async fn ensure_dir(client: &zk::Client, dir: &str, acls: &[zk::Acl]) -> Result<()> {
+    match client.check_stat(dir).await {
+        Ok(Some(_)) => return Ok(()),
+        Ok(None) => {}
+        Err(e) => return Err(map_zk(e, dir)),
+    }
     client
-        .mkdir(dir, &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+        .mkdir(dir, &CreateMode::Persistent.with_acls(Acls::new(acls)))
         .await
         .map_err(|e| map_zk(e, dir))
 }
@@ -460,10 +491,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_bad_connect_string_is_config_naming_the_key() {
-        let e = Session::new("zk1:notaport", Duration::from_secs(1))
-            .client()
-            .await
-            .unwrap_err();
+        let config = ZkConfig {
+            session_timeout_ms: 1000,
+            ..ZkConfig::with_address("zk1:notaport")
+        };
+        let e = Session::new(&config).unwrap().client().await.unwrap_err();
         assert!(
             matches!(&e, Error::Config(m) if m.starts_with("address")),
             "{e}"

@@ -120,12 +120,13 @@ impl ZkClaims {
         let client = self.session.client().await?;
         let limit = self.session.limit();
         bounded(limit, "the forever node lookup", async {
-            ensure_dir(&client, &dir).await?;
+            let acls = self.session.acls();
+            ensure_dir(&client, &dir, &acls).await?;
             let path = match find_forever(&client, &dir, identity).await? {
                 Some(path) => path,
                 None => {
                     let prefix = format!("{dir}/{identity}-");
-                    let options = CreateMode::PersistentSequential.with_acls(Acls::anyone_all());
+                    let options = CreateMode::PersistentSequential.with_acls(Acls::new(&acls));
                     let (_, seq) = client
                         .create(&prefix, &node::forever_data(identity, 0), &options)
                         .await

@@ -29,7 +29,7 @@ impl ZkClaims {
     pub(super) async fn claim_recycle(&self, req: &AcquireRequest) -> Result<(Lease, Held)> {
         let ttl = self.config.recycle_ttl();
         let client = self.session.client().await?;
-        let pool = Pool::new(&self.base);
+        let pool = Pool::new(&self.base, self.session.acls());
         let limit = self.session.limit();
         bounded(
             limit,
@@ -91,7 +91,7 @@ impl ZkClaims {
         };
         let (id, token, ttl, epoch, version) = (r.worker_id, r.token, r.ttl, r.epoch, r.version);
         let owner = r.owner.clone();
-        let pool = Pool::new(&self.base);
+        let pool = Pool::new(&self.base, self.session.acls());
         let path = pool.inuse_of(id);
         // Marks only rise: never below what the id carried when this node claimed it.
         let data = node::to_json(&InUse {
@@ -138,7 +138,7 @@ impl ZkClaims {
             return Ok(());
         };
         let (id, token, epoch, version) = (r.worker_id, r.token, r.epoch, r.version);
-        let pool = Pool::new(&self.base);
+        let pool = Pool::new(&self.base, self.session.acls());
         let client = self.session.client().await?;
         bounded(self.session.limit(), "returning the worker id", async {
             if recycle::give_back(&client, &pool, id, epoch, version, final_mark_ms).await? {

@@ -423,6 +423,7 @@ async fn zk_settings_come_from_the_server_configuration_and_bad_ones_name_their_
             root: "/leaf".into(),
             max_peer_skew_ms: 800,
             fence_on_disconnect: true,
+            ..leaf_registry_zk::ZkConfig::default()
         }
     );
     c.snowflake.backends.set("zk", "address", " ");

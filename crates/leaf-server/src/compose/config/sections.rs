@@ -123,7 +123,7 @@ struct Redacted<'a>(&'a Value, &'a str);
 
 impl fmt::Debug for Redacted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secret = ["password", "token", "secret"]
+        let secret = ["password", "token", "secret", "auth"]
             .iter()
             .any(|s| self.1.contains(s));
         match self.0 {
@@ -225,8 +225,9 @@ mod tests {
         s.set("mysql", "url", "mysql://leaf:hunter2@db/leaf");
         s.set("mysql", "password", "hunter3");
         s.set("redis", "url", "redis://:hunter4@r:6379");
+        s.set("zk", "auth", "leaf:hunter5");
         let d = format!("{s:?}");
-        for secret in ["hunter2", "hunter3", "hunter4"] {
+        for secret in ["hunter2", "hunter3", "hunter4", "hunter5"] {
             assert!(!d.contains(secret), "{d}");
         }
         assert!(d.contains("mysql://leaf:<redacted>@db/leaf"), "{d}");
