@@ -37,6 +37,43 @@ pub fn read_secret_file(key: &str, path: &Path) -> Result<String> {
     Ok(value.to_owned())
 }
 
+/// `Config` naming the key when a client certificate (`cert_file`) comes without its key
+/// (`key_file`) or the reverse, or when one of the TLS files cannot be opened: checked when the
+/// configuration is read, so that a missing file stops the start with its key rather than
+/// failing every connection.
+pub fn check_tls_files(
+    ca_file: Option<&Path>,
+    cert_file: Option<&Path>,
+    key_file: Option<&Path>,
+) -> Result<()> {
+    match (cert_file, key_file) {
+        (Some(_), None) => {
+            return Err(Error::Config(
+                "cert_file is set without key_file: a client certificate needs its key".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(Error::Config(
+                "key_file is set without cert_file: a client key needs its certificate".into(),
+            ));
+        }
+        _ => {}
+    }
+    let files = [
+        ("ca_file", ca_file),
+        ("cert_file", cert_file),
+        ("key_file", key_file),
+    ];
+    for (key, path) in files {
+        if let Some(path) = path {
+            std::fs::File::open(path).map_err(|e| {
+                Error::Config(format!("{key}: cannot read {}: {e}", path.display()))
+            })?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,6 +91,22 @@ mod tests {
         assert_eq!(read_secret_file("password_file", &path).unwrap(), "two\n");
         std::fs::write(&path, "crlf\r\n").unwrap();
         assert_eq!(read_secret_file("password_file", &path).unwrap(), "crlf");
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_must_be_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "pem").unwrap();
+        check_tls_files(Some(&ca), Some(&ca), Some(&ca)).unwrap();
+        check_tls_files(None, None, None).unwrap();
+        let names = |e: Error, key: &str| matches!(e, Error::Config(m) if m.starts_with(key));
+        let e = check_tls_files(None, Some(&ca), None).unwrap_err();
+        assert!(names(e, "cert_file"));
+        let e = check_tls_files(None, None, Some(&ca)).unwrap_err();
+        assert!(names(e, "key_file"));
+        let e = check_tls_files(Some(&dir.path().join("no")), None, None).unwrap_err();
+        assert!(names(e, "ca_file: cannot read"));
     }
 
     #[test]

@@ -1,18 +1,22 @@
 //! Configuration of the etcd backend (`[snowflake.etcd]`, and the etcd segment store): where the
 //! cluster is, how long a call may take, the worker-id lease's TTL and the key prefix.
 
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leaf_core::{Error, Result};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// How to reach etcd and how the `etcd` workerId mode and the etcd segment store use it.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+/// `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EtcdConfig {
-    /// The cluster's client URLs (`http://host:2379`); calls are balanced over them, so one
-    /// member down does not stop the service. A list, or one string of comma-separated URLs
-    /// (`"http://a:2379,http://b:2379"`, the form of the server's `segment.url`). Default
+    /// The cluster's client URLs (`http://host:2379`, or `https://` for a cluster that serves
+    /// TLS, with `ca_file`); calls are balanced over them, so one member down does not stop the
+    /// service. A list, or one string of comma-separated URLs (`"http://a:2379,http://b:2379"`,
+    /// the form of the server's `segment.url`), all of one scheme. Default
     /// `["http://127.0.0.1:2379"]`.
     #[serde(deserialize_with = "list_or_commas")]
     pub endpoints: Vec<String>,
@@ -28,6 +32,24 @@ pub struct EtcdConfig {
     /// A prefix for every key: the keys of a leaf name live under `{prefix}/{name}/`. Empty, or
     /// an absolute path without a trailing slash (`/leaf-prod`). Default `""`.
     pub prefix: String,
+    /// `https://` endpoints: a PEM file of the certificate authorities that signed the
+    /// members' certificates (required with `https://`; the members' names or addresses in
+    /// `endpoints` must be in their certificates). Read when the client is made. Default: none.
+    pub ca_file: Option<PathBuf>,
+    /// `https://` endpoints: a PEM file of this client's certificate, for a cluster started
+    /// with `--client-cert-auth`; with `key_file`. Default: none.
+    pub cert_file: Option<PathBuf>,
+    /// The PEM file of `cert_file`'s private key. Default: none.
+    pub key_file: Option<PathBuf>,
+    /// etcd's authentication (`etcdctl auth enable`): the user, whose role must grant
+    /// `readwrite` on the keys under `prefix` (README: Running on etcd). Default: none.
+    pub username: Option<String>,
+    /// `username`'s password. Never logged, never in `Debug` output. Default: none.
+    pub password: Option<String>,
+    /// A file holding `username`'s password (not with `password`): read when the client is
+    /// made, and again whenever etcd refuses the credentials, so that a rotated secret takes
+    /// effect without a restart. Default: none.
+    pub password_file: Option<PathBuf>,
 }
 
 impl Default for EtcdConfig {
@@ -37,7 +59,30 @@ impl Default for EtcdConfig {
             timeout_ms: 3000,
             lease_ttl_ms: 10_000,
             prefix: String::new(),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            username: None,
+            password: None,
+            password_file: None,
         }
+    }
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("lease_ttl_ms", &self.lease_ttl_ms)
+            .field("prefix", &self.prefix)
+            .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("password_file", &self.password_file)
+            .finish()
     }
 }
 
@@ -82,20 +127,57 @@ impl EtcdConfig {
                 "endpoints must list at least one client url, none of them empty".into(),
             ));
         }
-        if let Some(bad) = self.endpoints.iter().find(|e| e.starts_with("https://")) {
+        let scheme = |e: &str| {
+            e.trim()
+                .split_once("://")
+                .filter(|(_, rest)| !rest.is_empty())
+                .map(|(scheme, _)| scheme.to_ascii_lowercase())
+        };
+        if let Some(bad) = self
+            .endpoints
+            .iter()
+            .find(|e| !matches!(scheme(e).as_deref(), Some("http" | "https")))
+        {
             return Err(Error::Config(format!(
-                "endpoints: {bad:?} needs tls, which this build does not support; use http://"
+                "endpoints: {bad:?} is not an http:// or https:// client url (http://host:2379)"
             )));
         }
-        let http = |e: &str| {
-            e.split_once("://").is_some_and(|(scheme, rest)| {
-                scheme.eq_ignore_ascii_case("http") && !rest.is_empty()
-            })
-        };
-        if let Some(bad) = self.endpoints.iter().find(|e| !http(e.trim())) {
+        let tls = self.tls()?;
+        if tls && self.ca_file.is_none() {
+            return Err(Error::Config(
+                "ca_file: https:// endpoints need ca_file, the authorities that signed the \
+                 members' certificates"
+                    .into(),
+            ));
+        }
+        let files = [
+            ("ca_file", &self.ca_file),
+            ("cert_file", &self.cert_file),
+            ("key_file", &self.key_file),
+        ];
+        if let Some((key, _)) = files.iter().find(|(_, f)| f.is_some() && !tls) {
             return Err(Error::Config(format!(
-                "endpoints: {bad:?} is not an http:// client url (http://host:2379)"
+                "{key} needs https:// endpoints; the endpoints are http://"
             )));
+        }
+        leaf_core::check_tls_files(
+            self.ca_file.as_deref(),
+            self.cert_file.as_deref(),
+            self.key_file.as_deref(),
+        )?;
+        let password = self.password_now()?;
+        match (&self.username, password) {
+            (Some(_), None) => {
+                return Err(Error::Config(
+                    "username is set without password or password_file".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(Error::Config(
+                    "password is set without username: etcd's authentication needs both".into(),
+                ));
+            }
+            _ => {}
         }
         leaf_core::check_bounds(&[
             ("timeout_ms", self.timeout_ms, 1, 3_600_000),
@@ -118,6 +200,28 @@ impl EtcdConfig {
             )));
         }
         Ok(())
+    }
+
+    /// Whether the endpoints are `https://` (all of them; `Config` if they mix schemes).
+    pub(crate) fn tls(&self) -> Result<bool> {
+        let https = |e: &String| e.trim().to_ascii_lowercase().starts_with("https://");
+        let count = self.endpoints.iter().filter(|e| https(e)).count();
+        match count {
+            0 => Ok(false),
+            n if n == self.endpoints.len() => Ok(true),
+            _ => Err(Error::Config(
+                "endpoints mix http:// and https://: give one scheme".into(),
+            )),
+        }
+    }
+
+    /// The password: `password`, else the text of `password_file` read now.
+    pub(crate) fn password_now(&self) -> Result<Option<String>> {
+        leaf_core::secret(
+            "password",
+            self.password.as_deref(),
+            self.password_file.as_deref().map(Path::new),
+        )
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -232,7 +336,35 @@ mod tests {
                 endpoints: vec!["https://a:2379".into()],
                 ..d()
             },
+            "ca_file",
+        );
+        check(
+            EtcdConfig {
+                endpoints: vec!["https://a:2379".into(), "http://b:2379".into()],
+                ..d()
+            },
             "endpoints",
+        );
+        check(
+            EtcdConfig {
+                ca_file: Some("/nonexistent/ca.pem".into()),
+                ..d()
+            },
+            "ca_file",
+        );
+        check(
+            EtcdConfig {
+                username: Some("leaf".into()),
+                ..d()
+            },
+            "username",
+        );
+        check(
+            EtcdConfig {
+                password: Some("pw".into()),
+                ..d()
+            },
+            "password",
         );
         check(
             EtcdConfig {
@@ -259,6 +391,18 @@ mod tests {
                 "prefix",
             );
         }
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let c = EtcdConfig {
+            username: Some("leaf".into()),
+            password: Some("etcd-secret".into()),
+            ..EtcdConfig::default()
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("etcd-secret"), "{shown}");
+        assert!(shown.contains("password: Some(\"***\")"), "{shown}");
     }
 
     #[test]

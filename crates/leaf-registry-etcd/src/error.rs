@@ -9,6 +9,7 @@ pub(crate) const BACKEND: &str = "etcd";
 const CANCELLED: i32 = 1;
 const UNKNOWN: i32 = 2;
 const DEADLINE_EXCEEDED: i32 = 4;
+const INVALID_ARGUMENT: i32 = 3;
 const NOT_FOUND: i32 = 5;
 const PERMISSION_DENIED: i32 = 7;
 const RESOURCE_EXHAUSTED: i32 = 8;
@@ -39,16 +40,31 @@ pub(crate) fn map_etcd(e: etcd_client::Error, what: &str) -> Error {
         tracing::debug!(error = %e, what, "{msg}");
         Error::Unavailable(msg.to_owned())
     };
+    if let Some(tls) = tls_failure(&e) {
+        return Error::Config(format!(
+            "ca_file: TLS with etcd failed (check ca_file, cert_file, key_file and that the \
+             members' names in endpoints are in their certificates): {tls}"
+        ));
+    }
     match &e {
         E::TransportError(_) | E::IoError(_) => unavailable("etcd cannot be reached"),
         E::GRpcStatus(s) => match s.code() as i32 {
             UNAVAILABLE | UNKNOWN | CANCELLED => unavailable("etcd cannot be reached"),
             DEADLINE_EXCEEDED => unavailable("etcd did not answer in time"),
             ABORTED | RESOURCE_EXHAUSTED => unavailable("etcd refused the request for now"),
-            PERMISSION_DENIED | UNAUTHENTICATED => Error::Config(format!(
-                "endpoints: etcd refused access to {what}; the keys under prefix must be open \
-                 to this client"
+            PERMISSION_DENIED => Error::Config(format!(
+                "username: etcd refused access to {what}; the user's role must grant readwrite \
+                 on the keys under prefix (and the cluster must not need a user if none is set)"
             )),
+            UNAUTHENTICATED => Error::Config(format!(
+                "username: etcd requires authentication for {what}: set username and password \
+                 (or password_file)"
+            )),
+            INVALID_ARGUMENT if s.message().contains("authentication failed") => Error::Config(
+                "password: etcd refused the credentials of username (password or \
+                     password_file)"
+                    .into(),
+            ),
             NOT_FOUND => Error::NotFound(format!("etcd: {what}")),
             _ => backend(&e, what),
         },
@@ -61,6 +77,39 @@ pub(crate) fn map_etcd(e: etcd_client::Error, what: &str) -> Error {
         )),
         _ => backend(&e, what),
     }
+}
+
+/// The TLS error (rustls's) somewhere in `e`'s chain of sources: the client refused the
+/// handshake (a wrong CA, a name not in a member's certificate) or the member refused it (no
+/// client certificate where one is required).
+fn tls_failure(e: &etcd_client::Error) -> Option<String> {
+    // etcd-client's error does not chain its sources: start from the gRPC status or the
+    // transport error it holds.
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(status) => Some(status),
+        etcd_client::Error::TransportError(transport) => Some(transport),
+        other => Some(other),
+    };
+    while let Some(err) = source {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return Some(tls.to_string());
+        }
+        // An I/O error's `source` skips the error it wraps: look inside it first. An alert the
+        // member sent after the handshake (no client certificate, under TLS 1.3) reaches the
+        // client as an I/O error of its text only.
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            let inner = io.get_ref();
+            if let Some(tls) = inner.and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                return Some(tls.to_string());
+            }
+            let text = io.to_string();
+            if io.kind() == std::io::ErrorKind::InvalidData && text.contains("fatal alert") {
+                return Some(text);
+            }
+        }
+        source = err.source();
+    }
+    None
 }
 
 fn backend(e: &etcd_client::Error, what: &str) -> Error {
@@ -109,9 +158,17 @@ mod tests {
             check(
                 status(code, "etcdserver: permission denied"),
                 false,
-                |e| matches!(e, Error::Config(m) if m.starts_with("endpoints")),
+                |e| matches!(e, Error::Config(m) if m.starts_with("username")),
             );
         }
+        check(
+            status(
+                C::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            false,
+            |e| matches!(e, Error::Config(m) if m.starts_with("password")),
+        );
         check(
             status(C::NotFound, "etcdserver: requested lease not found"),
             false,

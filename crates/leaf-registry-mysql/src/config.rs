@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use leaf_core::{Error, Result};
-use leaf_sql::{Settings, SqlConfig, fmt_config, parse_url, ssl_mode};
+use leaf_sql::{Setters, Settings, SqlConfig, fmt_config, parse_url, ssl_mode};
 use serde::{Deserialize, Serialize};
 use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlSslMode};
 use sqlx::pool::PoolOptions;
@@ -25,9 +25,13 @@ pub struct MysqlConfig {
     pub url: String,
     /// The user, replacing the URL's (Leaf's `leaf.jdbc.username`). Default: the URL's.
     pub username: Option<String>,
-    /// The password, replacing the URL's (Leaf's `leaf.jdbc.password`). Never logged, never in
-    /// `Debug` output. Default: the URL's.
+    /// The password, replacing the URL's (Leaf's `leaf.jdbc.password`). Never logged, never in `Debug` output. Default: the
+    /// URL's.
     pub password: Option<String>,
+    /// A file holding the password (`password` and this are not both set), read again at each
+    /// new connection, so that a rotated secret (a Kubernetes secret's volume) takes effect
+    /// without a restart. Its text without one trailing line break. Default: none.
+    pub password_file: Option<PathBuf>,
     /// The most connections the pool opens. Default `8`.
     pub max_connections: u32,
     /// How long to wait for a connection (opening one, or a free one from the pool), in
@@ -43,9 +47,17 @@ pub struct MysqlConfig {
     /// TLS: `disabled`, `preferred` (TLS when the server offers it), `required`, `verify_ca`
     /// or `verify_identity`. Default: the URL's `ssl-mode`, else `preferred`.
     pub ssl_mode: Option<String>,
-    /// A PEM file of the certificate authorities to trust for `verify_ca`/`verify_identity`.
-    /// Default: the URL's `ssl-ca`, else the built-in web PKI roots.
-    pub ssl_ca: Option<PathBuf>,
+    /// A PEM file of the certificate authorities to trust for `verify_ca`/`verify_identity` (`ssl_ca`,
+    /// its earlier name, is read too). Default: the URL's `ssl-ca`, else the built-in web PKI roots.
+    #[serde(alias = "ssl_ca")]
+    pub ca_file: Option<PathBuf>,
+    /// A PEM file of a client certificate, for a server that requires one (`REQUIRE X509`,
+    /// `clientcert=verify-full`); with `key_file`. `ssl_cert` is read too. Default: none.
+    #[serde(alias = "ssl_cert")]
+    pub cert_file: Option<PathBuf>,
+    /// The PEM file of `cert_file`'s private key. `ssl_key` is read too. Default: none.
+    #[serde(alias = "ssl_key")]
+    pub key_file: Option<PathBuf>,
     /// The `mysql` workerId mode only (`[snowflake.mysql]`; refused in `[segment]`): every
     /// renewal writes the time mark on the identity lock's connection and counts only once it
     /// committed there, so a node cut off from MySQL stops issuing within `mark_window_ms` and
@@ -74,15 +86,10 @@ impl SqlConfig for MysqlConfig {
         if let Some(user) = &self.username {
             opts = opts.username(user);
         }
-        if let Some(password) = &self.password {
-            opts = opts.password(password);
-        }
         if let Some(mode) = &self.ssl_mode {
             opts = opts.ssl_mode(ssl_mode(mode, SSL_MODES)?);
         }
-        if let Some(ca) = &self.ssl_ca {
-            opts = opts.ssl_ca(ca);
-        }
+        opts = self.settings().apply(opts, &SETTERS)?;
         Ok(opts)
     }
 
@@ -147,7 +154,6 @@ impl Default for MysqlConfig {
         leaf_sql::with_defaults!(MysqlConfig {
             url: "mysql://root@127.0.0.1:3306/leaf".into(),
             lock_wait_timeout_s: 3,
-            ssl_ca: None,
         })
     }
 }
@@ -158,15 +164,17 @@ impl fmt::Debug for MysqlConfig {
             "lock_wait_timeout_s",
             &self.lock_wait_timeout_s as &dyn fmt::Debug,
         );
-        fmt_config(
-            f,
-            "MysqlConfig",
-            &self.settings(),
-            lock_wait,
-            ("ssl_ca", &self.ssl_ca),
-        )
+        fmt_config(f, "MysqlConfig", &self.settings(), lock_wait)
     }
 }
+
+/// How sqlx's options take the password and the TLS files.
+const SETTERS: Setters<MySqlConnectOptions> = Setters {
+    password: |o, p| o.password(p),
+    ca_file: |o, p| o.ssl_ca(p),
+    cert_file: |o, p| o.ssl_client_cert(p),
+    key_file: |o, p| o.ssl_client_key(p),
+};
 
 const SSL_MODES: &[(&str, MySqlSslMode)] = &[
     ("disabled", MySqlSslMode::Disabled),
@@ -191,7 +199,7 @@ mod tests {
     fn defaults_match_the_documented_ones() {
         let c = MysqlConfig::default();
         assert_eq!(c.url, "mysql://root@127.0.0.1:3306/leaf");
-        assert_eq!((c.lock_wait_timeout_s, c.ssl_ca), (3, None));
+        assert_eq!((c.lock_wait_timeout_s, c.ca_file), (3, None));
         leaf_testkit::config::assert_sql_defaults::<MysqlConfig>();
     }
 

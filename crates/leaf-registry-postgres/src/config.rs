@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use leaf_core::Result;
-use leaf_sql::{Settings, SqlConfig, fmt_config, parse_url, ssl_mode};
+use leaf_sql::{Setters, Settings, SqlConfig, fmt_config, parse_url, ssl_mode};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
 
@@ -26,6 +26,10 @@ pub struct PostgresConfig {
     /// The password, replacing the URL's. Never logged, never in `Debug` output. Default: the
     /// URL's.
     pub password: Option<String>,
+    /// A file holding the password (`password` and this are not both set), read again at each
+    /// new connection, so that a rotated secret (a Kubernetes secret's volume) takes effect
+    /// without a restart. Its text without one trailing line break. Default: none.
+    pub password_file: Option<PathBuf>,
     /// The most connections the pool opens. Default `8`.
     pub max_connections: u32,
     /// How long to wait for a connection (opening one, or a free one from the pool), in
@@ -43,9 +47,17 @@ pub struct PostgresConfig {
     /// TLS: `disable`, `allow`, `prefer` (TLS when the server offers it), `require`,
     /// `verify-ca` or `verify-full`. Default: the URL's `sslmode`, else `prefer`.
     pub ssl_mode: Option<String>,
-    /// A PEM file of the certificate authorities to trust for `verify-ca`/`verify-full`.
-    /// Default: the URL's `sslrootcert`, else the built-in web PKI roots.
-    pub ssl_root_cert: Option<PathBuf>,
+    /// A PEM file of the certificate authorities to trust for `verify-ca`/`verify-full` (`ssl_root_cert`,
+    /// its earlier name, is read too). Default: the URL's `sslrootcert`, else the built-in web PKI roots.
+    #[serde(alias = "ssl_root_cert")]
+    pub ca_file: Option<PathBuf>,
+    /// A PEM file of a client certificate, for a server that requires one (`REQUIRE X509`,
+    /// `clientcert=verify-full`); with `key_file`. `ssl_cert` is read too. Default: none.
+    #[serde(alias = "ssl_cert")]
+    pub cert_file: Option<PathBuf>,
+    /// The PEM file of `cert_file`'s private key. `ssl_key` is read too. Default: none.
+    #[serde(alias = "ssl_key")]
+    pub key_file: Option<PathBuf>,
     /// The `postgres` workerId mode only (`[snowflake.postgres]`; refused in `[segment]`):
     /// every renewal writes the time mark on the identity lock's connection and counts only
     /// once it committed there, so a node cut off from PostgreSQL stops issuing within
@@ -70,15 +82,10 @@ impl SqlConfig for PostgresConfig {
         if let Some(user) = &self.username {
             opts = opts.username(user);
         }
-        if let Some(password) = &self.password {
-            opts = opts.password(password);
-        }
         if let Some(mode) = &self.ssl_mode {
             opts = opts.ssl_mode(ssl_mode(mode, SSL_MODES)?);
         }
-        if let Some(ca) = &self.ssl_root_cert {
-            opts = opts.ssl_root_cert(ca);
-        }
+        opts = self.settings().apply(opts, &SETTERS)?;
         Ok(opts.application_name("leaf").options([
             ("statement_timeout", statement_timeout),
             ("lock_timeout", lock_timeout),
@@ -133,7 +140,6 @@ impl Default for PostgresConfig {
         leaf_sql::with_defaults!(PostgresConfig {
             url: "postgres://postgres@127.0.0.1:5432/leaf".into(),
             lock_timeout_ms: 3000,
-            ssl_root_cert: None,
         })
     }
 }
@@ -141,10 +147,17 @@ impl Default for PostgresConfig {
 impl fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lock_timeout = ("lock_timeout_ms", &self.lock_timeout_ms as &dyn fmt::Debug);
-        let ca = ("ssl_root_cert", &self.ssl_root_cert as &dyn fmt::Debug);
-        fmt_config(f, "PostgresConfig", &self.settings(), lock_timeout, ca)
+        fmt_config(f, "PostgresConfig", &self.settings(), lock_timeout)
     }
 }
+
+/// How sqlx's options take the password and the TLS files.
+const SETTERS: Setters<PgConnectOptions> = Setters {
+    password: |o, p| o.password(p),
+    ca_file: |o, p| o.ssl_root_cert(p),
+    cert_file: |o, p| o.ssl_client_cert(p),
+    key_file: |o, p| o.ssl_client_key(p),
+};
 
 const SSL_MODES: &[(&str, PgSslMode)] = &[
     ("disable", PgSslMode::Disable),
@@ -163,7 +176,7 @@ mod tests {
     fn defaults_match_the_documented_ones() {
         let c = PostgresConfig::default();
         assert_eq!(c.url, "postgres://postgres@127.0.0.1:5432/leaf");
-        assert_eq!((c.lock_timeout_ms, c.ssl_root_cert), (3000, None));
+        assert_eq!((c.lock_timeout_ms, c.ca_file), (3000, None));
         leaf_testkit::config::assert_sql_defaults::<PostgresConfig>();
         PostgresConfig::default().validate().unwrap();
     }

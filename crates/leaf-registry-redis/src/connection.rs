@@ -5,7 +5,9 @@
 //! so that the next call opens a new one, and `WAIT` for replicas after writes.
 //!
 //! The redis crate's `ConnectionManager` reconnects by itself, but offers no hook to run the
-//! guard on the new connection (only a RESP3 push channel); this small manager does.
+//! guard on the new connection (only a RESP3 push channel); this small manager does. It also
+//! builds the client anew for every connection it opens, reading `password_file` and the TLS
+//! files then, so that a rotated secret or certificate takes effect at the next reconnection.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,17 +15,25 @@ use std::sync::Mutex as StdMutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use std::path::Path;
+
 use leaf_core::{Error, Result};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, RedisError};
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, ErrorKind, IntoConnectionInfo, RedisError,
+    Script, ServerErrorKind, TlsCertificates,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::config::RedisConfig;
 use crate::error::{bounded, breaks_connection, map_redis, map_redis_at_start};
 
 /// One lazily opened, guarded, multiplexed connection.
 pub(crate) struct Connection {
-    client: Client,
     config: RedisConfig,
+    /// The start-up check of the ACL user's grants ([`ACL_PROBE`]).
+    probe: Script,
     /// The connection in use, if one is open.
     current: StdMutex<Option<MultiplexedConnection>>,
     /// Serialises opening, so that concurrent calls open one connection, not many.
@@ -137,15 +147,15 @@ impl Connection {
     /// A connection to the server of `config`; nothing is contacted yet.
     pub(crate) fn new(config: &RedisConfig) -> Result<Self> {
         config.validate()?;
-        let client = Client::open(config.url.as_str()).map_err(|e| {
-            Error::Config(format!(
-                "url {:?} is not a valid redis url: {}",
-                config.redacted_url(),
-                e.detail().unwrap_or("unparseable")
-            ))
-        })?;
+        if config.tls() {
+            // The redis crate's rustls takes the process's provider: ring, as everywhere in
+            // this workspace (none is installed yet in a process that made no TLS config).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        // Everything is read and parsed once now, so that a bad file fails at construction.
+        client_of(config)?;
         Ok(Connection {
-            client,
+            probe: Script::new(ACL_PROBE),
             config: config.clone(),
             current: StdMutex::default(),
             opening: tokio::sync::Mutex::new(()),
@@ -191,22 +201,25 @@ impl Connection {
             return Ok(c);
         }
         let at_start = !self.started.load(Ordering::Acquire);
-        let map = |e: RedisError| {
-            if at_start {
-                map_redis_at_start(e)
-            } else {
-                map_redis(e)
+        let client = match client_of(&self.config) {
+            Ok(c) => c,
+            Err(e) if at_start => return Err(e),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot open a new redis connection");
+                return Err(Error::Unavailable(
+                    "redis: the configured password or certificate files cannot be read".into(),
+                ));
             }
         };
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.config.connect_timeout()))
             .set_response_timeout(Some(self.config.timeout()));
-        let mut conn = self
-            .client
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&cfg)
             .await
-            .map_err(map)?;
+            .map_err(|e| self.map_open(e, at_start))?;
         self.guard(&mut conn, at_start).await?;
+        self.check_grants(&mut conn, at_start).await?;
         *self.checked.lock().expect("check lock") = Instant::now();
         self.started.store(true, Ordering::Release);
         *self.current.lock().expect("connection lock") = Some(conn.clone());
@@ -218,7 +231,10 @@ impl Connection {
     /// eviction policy, and its replicas against `wait_replicas`.
     async fn guard(&self, conn: &mut MultiplexedConnection, at_start: bool) -> Result<()> {
         let url = self.config.redacted_url();
-        let server = info(conn, "server").await?;
+        // The first command on a new connection: how it fails tells a wrong url or user.
+        let server = info_raw(conn, "server")
+            .await
+            .map_err(|e| self.map_open(e, at_start))?;
         if let Some(problem) = judge_version(server.get("redis_version").map(String::as_str)) {
             let problem = format!("redis at {url} {problem}");
             return Err(if at_start {
@@ -268,10 +284,10 @@ impl Connection {
         if verdict == Durability::Unknown || eviction == Eviction::Unknown {
             problems.push((
                 format!(
-                    "redis at {url} refuses CONFIG GET, so its durability and eviction settings \
-                     cannot be checked; leaf needs appendonly yes, appendfsync always and \
-                     maxmemory-policy noeviction (set assume_durable = true if the server runs \
-                     with them)"
+                    "redis at {url} refuses CONFIG GET (renamed, or not granted to the ACL \
+                     user), so its durability and eviction settings cannot be checked; leaf \
+                     needs appendonly yes, appendfsync always and maxmemory-policy noeviction: \
+                     set assume_durable = true to vouch that the server runs with them"
                 ),
                 weak_aof,
             ));
@@ -306,6 +322,85 @@ impl Connection {
             tracing::error!(url = %url, "{problem}; refusing the reconnected server");
             let public: Vec<&str> = problems.iter().map(|(_, p)| *p).collect();
             Err(Error::Unavailable(public.join("; ")))
+        }
+    }
+
+    /// What a failure to open (or to use, at its first command) a new connection means: at
+    /// start, a misconfiguration is `Config` naming the key to fix (`ca_file`, `cert_file`,
+    /// the password's key, `username`, `url`); after start, as any call's failure.
+    fn map_open(&self, e: RedisError, at_start: bool) -> Error {
+        if !at_start {
+            return map_redis(e);
+        }
+        let c = &self.config;
+        let url = c.redacted_url();
+        if let Some(problem) = tls_problem(c, &e.to_string()) {
+            return Error::Config(format!("{problem} (redis at {url}: {e})"));
+        }
+        match e.kind() {
+            ErrorKind::AuthenticationFailed => {
+                return Error::Config(format!(
+                    "{}: the redis server at {url} refused the credentials of {}: {e}",
+                    c.password_key(),
+                    user_of(c)
+                ));
+            }
+            ErrorKind::Server(ServerErrorKind::NoPerm) => {
+                return Error::Config(format!(
+                    "username: the redis server at {url} denies {} a command leaf needs: {e}; \
+                     grant it the commands and keys of leaf's ACL line",
+                    user_of(c)
+                ));
+            }
+            _ => {}
+        }
+        // Connected, then dropped before any answer (not refused, not slow): what a TLS-only
+        // port does to a client speaking RESP in the clear.
+        if !c.tls() && e.is_connection_dropped() && !e.is_connection_refusal() && !e.is_timeout() {
+            return Error::Config(format!(
+                "url {url:?}: the server closed the connection without answering; if it serves \
+                 TLS only (tls-port), use rediss:// ({e})"
+            ));
+        }
+        map_redis_at_start(e)
+    }
+
+    /// On a new connection: whether the server's ACL grants the user every command leaf's
+    /// calls and scripts run, on the keys under `key_prefix` ([`ACL_PROBE`]; Redis 7 and later,
+    /// nothing is written). At start, `Config` naming `username` and what is denied.
+    async fn check_grants(&self, conn: &mut MultiplexedConnection, at_start: bool) -> Result<()> {
+        let probe_key = format!("{}:acl-probe", self.config.key_prefix);
+        let wait = if self.config.wait_replicas > 0 {
+            "1"
+        } else {
+            "0"
+        };
+        let denied: Vec<String> = self
+            .probe
+            .arg(probe_key)
+            .arg(wait)
+            .invoke_async(conn)
+            .await
+            .map_err(|e| self.map_open(e, at_start))?;
+        if denied.is_empty() {
+            return Ok(());
+        }
+        let problem = format!(
+            "username: the redis server at {} denies {} commands leaf runs on its keys \
+             ({}:*): {}; grant it the keys ~{}:* and the commands of leaf's ACL line",
+            self.config.redacted_url(),
+            user_of(&self.config),
+            self.config.key_prefix,
+            denied.join(", "),
+            self.config.key_prefix
+        );
+        if at_start {
+            Err(Error::Config(problem))
+        } else {
+            tracing::error!("{problem}; refusing the reconnected server");
+            Err(Error::Unavailable(
+                "redis refused the configured credentials".into(),
+            ))
         }
     }
 
@@ -432,12 +527,165 @@ async fn config_get(conn: &mut impl ConnectionLike, name: &str) -> Result<Option
 
 /// `INFO section` as its `key:value` lines.
 async fn info(conn: &mut impl ConnectionLike, section: &str) -> Result<HashMap<String, String>> {
-    let text: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(conn)
-        .await
-        .map_err(map_redis)?;
+    info_raw(conn, section).await.map_err(map_redis)
+}
+
+async fn info_raw(
+    conn: &mut impl ConnectionLike,
+    section: &str,
+) -> redis::RedisResult<HashMap<String, String>> {
+    let text: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
     Ok(parse_info(&text))
+}
+
+/// Checks, without running them, every command leaf runs (directly and in its scripts) on a
+/// key under the prefix (ARGV[1]), and `WAIT` when ARGV[2] is "1": the names of the ones the
+/// user may not run there. `redis.acl_check_cmd` came with Redis 7.0; before it, nothing is checked.
+const ACL_PROBE: &str = r#"
+if not redis.acl_check_cmd then return {} end
+local k, denied = ARGV[1], {}
+local function check(...)
+  local ok, allowed = pcall(redis.acl_check_cmd, ...)
+  if not ok or not allowed then denied[#denied + 1] = (...) end
+end
+check('HGET', k, 'f') check('HINCRBY', k, 'f', '1') check('HSET', k, 'f', '1')
+check('HGETALL', k) check('EXISTS', k) check('SADD', k, 'm') check('SMEMBERS', k)
+check('GET', k) check('SET', k, '1', 'NX', 'PX', '1') check('PEXPIRE', k, '1') check('DEL', k)
+check('TIME') check('INFO', 'server') check('SCRIPT', 'LOAD', 'return 0')
+if ARGV[2] == '1' then check('WAIT', '0', '0') end
+return denied
+"#;
+
+/// `user "name"` (the configured or the URL's user), or `the default user`, for messages.
+fn user_of(config: &RedisConfig) -> String {
+    let from_url = config
+        .url
+        .as_str()
+        .into_connection_info()
+        .ok()
+        .and_then(|i| i.redis_settings().username().map(str::to_owned));
+    match config.username.clone().or(from_url) {
+        Some(u) => format!("user {u:?}"),
+        None => "the default user".into(),
+    }
+}
+
+/// Which key to fix when the TLS handshake failed with `text` (the client's error): the
+/// server's certificate not trusted (`ca_file`), not naming the host (`url`), or the server
+/// refusing the client's certificate or its absence (`cert_file`).
+pub(crate) fn tls_problem(config: &RedisConfig, text: &str) -> Option<String> {
+    if !config.tls() {
+        return None;
+    }
+    let t = text.to_ascii_lowercase();
+    if t.contains("invalid peer certificate") {
+        if t.contains("notvalidforname") || t.contains("not valid for name") {
+            return Some(format!(
+                "url {:?}: the server's certificate does not name its host",
+                config.redacted_url()
+            ));
+        }
+        let trusted = match &config.ca_file {
+            Some(p) => format!("the CA of ca_file ({})", p.display()),
+            None => "the system's roots (set ca_file to the server's CA)".into(),
+        };
+        return Some(format!(
+            "ca_file: the server's certificate is not trusted by {trusted}"
+        ));
+    }
+    if t.contains("received fatal alert") || t.contains("peer sent no certificates") {
+        let given = if config.cert_file.is_some() {
+            "refused the client certificate of cert_file"
+        } else {
+            "requires a client certificate: set cert_file and key_file"
+        };
+        return Some(format!("cert_file: the server {given}"));
+    }
+    None
+}
+
+/// The redis client for one connection: the url, with `username` and `password` (or
+/// `password_file`, read now) replacing its own, and with `rediss://` the `ca_file` and the
+/// `cert_file` / `key_file` read now. `Config` naming the key of what cannot be read.
+pub(crate) fn client_of(config: &RedisConfig) -> Result<Client> {
+    let bad_url = |e: RedisError| {
+        Error::Config(format!(
+            "url {:?} is not a valid redis url: {}",
+            config.redacted_url(),
+            e.detail().unwrap_or("unparseable")
+        ))
+    };
+    let info = config
+        .url
+        .as_str()
+        .into_connection_info()
+        .map_err(bad_url)?;
+    // No `CLIENT SETINFO` at connect: one command fewer for the ACL line to grant.
+    let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+    if let Some(user) = &config.username {
+        settings = settings.set_username(user);
+    }
+    let password = match &config.password_file {
+        Some(path) => Some(leaf_core::read_secret_file("password_file", path)?),
+        None => config.password.clone(),
+    };
+    if let Some(password) = password {
+        settings = settings.set_password(password);
+    }
+    let info = info.set_redis_settings(settings);
+    if !config.tls() {
+        return Client::open(info).map_err(bad_url);
+    }
+    let root_cert = match &config.ca_file {
+        Some(path) => Some(read_pem("ca_file", path, Pem::Certificates)?),
+        None => None,
+    };
+    let client_tls = match (&config.cert_file, &config.key_file) {
+        (Some(cert), Some(key)) => Some(ClientTlsConfig {
+            client_cert: read_pem("cert_file", cert, Pem::Certificates)?,
+            client_key: read_pem("key_file", key, Pem::PrivateKey)?,
+        }),
+        _ => None,
+    };
+    Client::build_with_tls(
+        info,
+        TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| Error::Config(format!("ca_file, cert_file or key_file: {e}")))
+}
+
+enum Pem {
+    Certificates,
+    PrivateKey,
+}
+
+/// The bytes of the PEM file `path` (the key `key`), checked to hold what it should; errors
+/// name the key and the path, never the content.
+fn read_pem(key: &str, path: &Path, what: Pem) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::Config(format!("{key}: cannot read {}: {e}", path.display())))?;
+    let ok = match what {
+        Pem::Certificates => {
+            let certs: std::result::Result<Vec<_>, _> =
+                CertificateDer::pem_slice_iter(&bytes).collect();
+            certs.is_ok_and(|c| !c.is_empty())
+        }
+        Pem::PrivateKey => PrivateKeyDer::from_pem_slice(&bytes).is_ok(),
+    };
+    if !ok {
+        let wanted = match what {
+            Pem::Certificates => "a PEM certificate",
+            Pem::PrivateKey => "a PEM private key",
+        };
+        return Err(Error::Config(format!(
+            "{key}: {} holds no {wanted}",
+            path.display()
+        )));
+    }
+    Ok(bytes)
 }
 
 fn parse_info(text: &str) -> HashMap<String, String> {
@@ -556,6 +804,38 @@ mod tests {
         );
         assert!(what_it_evicts("volatile-lru").contains("lease"));
         assert!(what_it_evicts("allkeys-lfu").contains("mark"));
+    }
+
+    #[test]
+    fn tls_failures_name_the_key_to_fix() {
+        let tls = RedisConfig::with_url("rediss://h:6379");
+        let check = |c: &RedisConfig, text: &str, key: Option<&str>| {
+            let got = tls_problem(c, text);
+            assert_eq!(
+                got.as_deref().map(|p| p.split(':').next().unwrap_or("")),
+                key,
+                "{text}: {got:?}"
+            );
+        };
+        check(
+            &tls,
+            "invalid peer certificate: UnknownIssuer",
+            Some("ca_file"),
+        );
+        check(
+            &tls,
+            "invalid peer certificate: NotValidForNameContext { .. }",
+            Some("url \"rediss"),
+        );
+        check(
+            &tls,
+            "received fatal alert: CertificateRequired",
+            Some("cert_file"),
+        );
+        check(&tls, "Connection refused (os error 111)", None);
+        // A plain url never has a TLS problem.
+        let plain = RedisConfig::default();
+        check(&plain, "invalid peer certificate: UnknownIssuer", None);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! for each: the URL read and redacted, the TLS mode looked up, the pool, `Debug`, the checks.
 
 use std::fmt::{self, Debug};
+use std::path::Path;
 use std::str::FromStr;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use leaf_core::{Error, Result};
@@ -44,14 +46,19 @@ macro_rules! settings {
             timeout_ms: $config.timeout_ms,
             ssl_mode: $config.ssl_mode.as_deref(),
             fence_on_disconnect: $config.fence_on_disconnect,
+            password_file: $config.password_file.as_deref(),
+            ca_file: $config.ca_file.as_deref(),
+            cert_file: $config.cert_file.as_deref(),
+            key_file: $config.key_file.as_deref(),
         }
     };
 }
 
 /// The SQL backend configuration `$ty { url, and the backend's own fields }` with every SQL
-/// backend's defaults for the rest: no `username`, `password` or `ssl_mode` (the URL's),
-/// `max_connections` 8, `connect_timeout_ms` 3000, `timeout_ms` 5000, `fence_on_disconnect`
-/// off. The defaults every SQL backend documents are these.
+/// backend's defaults for the rest: no `username`, `password` or `ssl_mode` (the URL's), no
+/// `password_file`, `ca_file`, `cert_file` or `key_file`, `max_connections` 8,
+/// `connect_timeout_ms` 3000, `timeout_ms` 5000, `fence_on_disconnect` off. The defaults every
+/// SQL backend documents are these.
 #[macro_export]
 macro_rules! with_defaults {
     ($ty:ident { $($field:ident: $value:expr),* $(,)? }) => {
@@ -63,6 +70,10 @@ macro_rules! with_defaults {
             timeout_ms: 5000,
             ssl_mode: None,
             fence_on_disconnect: false,
+            password_file: None,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
             $($field: $value),*
         }
     };
@@ -88,6 +99,27 @@ pub struct Settings<'a> {
     pub ssl_mode: Option<&'a str>,
     /// The workerId mode's `fence_on_disconnect`.
     pub fence_on_disconnect: bool,
+    /// A file holding the password, read at each new connection.
+    pub password_file: Option<&'a Path>,
+    /// A PEM file of the certificate authorities to trust.
+    pub ca_file: Option<&'a Path>,
+    /// A PEM file of the client certificate, for servers that require one.
+    pub cert_file: Option<&'a Path>,
+    /// A PEM file of the client certificate's key.
+    pub key_file: Option<&'a Path>,
+}
+
+/// How a driver's connect options take the password and the TLS files, for
+/// [`Settings::apply`].
+pub struct Setters<O> {
+    /// Sets the password.
+    pub password: fn(O, &str) -> O,
+    /// Sets the file of the certificate authorities to trust.
+    pub ca_file: fn(O, &Path) -> O,
+    /// Sets the client certificate's file.
+    pub cert_file: fn(O, &Path) -> O,
+    /// Sets the client certificate's key's file.
+    pub key_file: fn(O, &Path) -> O,
 }
 
 impl Settings<'_> {
@@ -104,6 +136,34 @@ impl Settings<'_> {
     /// The URL with its password replaced by `***`, for logs and messages.
     pub fn redacted_url(&self) -> String {
         leaf_core::redact_url(self.url, "***")
+    }
+
+    /// The password: `password`, else the text of `password_file` read now; `Config` naming
+    /// the key when both are set or the file cannot be read.
+    pub fn password(&self) -> Result<Option<String>> {
+        leaf_core::secret("password", self.password, self.password_file)
+    }
+
+    /// `opts` with the password ([`password`](Self::password), read now) and the TLS files
+    /// set through the driver's `setters`; `Config` naming the key when a client certificate
+    /// comes without its key or the reverse, or a file cannot be read (checked here, so that
+    /// a missing file stops the start with its key rather than failing every connection).
+    pub fn apply<O>(&self, mut opts: O, setters: &Setters<O>) -> Result<O> {
+        leaf_core::check_tls_files(self.ca_file, self.cert_file, self.key_file)?;
+        let files = [
+            (self.ca_file, setters.ca_file),
+            (self.cert_file, setters.cert_file),
+            (self.key_file, setters.key_file),
+        ];
+        for (path, set) in files {
+            if let Some(path) = path {
+                opts = set(opts, path);
+            }
+        }
+        if let Some(password) = self.password()? {
+            opts = (setters.password)(opts, &password);
+        }
+        Ok(opts)
     }
 
     /// `Config` naming the field if a number every SQL backend has, or one of `more` (a field,
@@ -197,27 +257,78 @@ pub(crate) fn pool<D: Dialect>(config: &D::Config, key: &str) -> Result<Pool<D::
     Ok(D::pool_options(config, options).connect_lazy_with(config.connect_options(key)?))
 }
 
-/// `Debug` of a SQL backend's configuration `name`: the URL without its password, no password,
-/// and `lock` and `ca`, the backend's names of its lock wait and its CA file, in its place.
+/// `Debug` of a SQL backend's configuration `name`: the URL without its password, no password
+/// (the path of `password_file`, not its text), and `lock`, the backend's name of its lock wait
+/// and its value.
 pub fn fmt_config(
     f: &mut fmt::Formatter<'_>,
     name: &str,
     settings: &Settings<'_>,
     lock: (&str, &dyn Debug),
-    ca: (&str, &dyn Debug),
 ) -> fmt::Result {
     f.debug_struct(name)
         .field("url", &settings.redacted_url())
         .field("username", &settings.username)
         .field("password", &settings.password.map(|_| "***"))
+        .field("password_file", &settings.password_file)
         .field("max_connections", &settings.max_connections)
         .field("connect_timeout_ms", &settings.connect_timeout_ms)
         .field("timeout_ms", &settings.timeout_ms)
         .field(lock.0, lock.1)
         .field("ssl_mode", &settings.ssl_mode)
-        .field(ca.0, ca.1)
+        .field("ca_file", &settings.ca_file)
+        .field("cert_file", &settings.cert_file)
+        .field("key_file", &settings.key_file)
         .field("fence_on_disconnect", &settings.fence_on_disconnect)
         .finish()
+}
+
+/// The password of a pool's new connections kept current with `password_file`: read again
+/// before each call, and when its text changed the pool opens its connections from then on with
+/// the new one (those open keep theirs: a server checks a password when a connection opens), so
+/// a rotated secret takes effect without a restart.
+pub(crate) struct Rotation {
+    last: Mutex<Option<String>>,
+}
+
+impl Rotation {
+    pub(crate) fn new(settings: &Settings<'_>) -> Self {
+        let last = settings.password().ok().flatten();
+        Rotation {
+            last: Mutex::new(last),
+        }
+    }
+
+    /// Reads `password_file` (if the configuration has one) and gives `pool` the new password
+    /// when it changed. A file that cannot be read is logged and the password read before kept.
+    pub(crate) fn refresh<D: Dialect>(&self, config: &D::Config, pool: &Pool<D::Db>) {
+        let settings = config.settings();
+        let Some(path) = settings.password_file else {
+            return;
+        };
+        let now = match leaf_core::read_secret_file("password_file", path) {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::warn!(error = %e, "{}: keeping the password read before", D::NAME);
+                return;
+            }
+        };
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.as_deref() == Some(now.as_str()) {
+            return;
+        }
+        match config.connect_options("url") {
+            Ok(options) => {
+                pool.set_connect_options(options);
+                *last = Some(now);
+                tracing::info!(
+                    "{}: password_file changed; new connections use its password",
+                    D::NAME
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "{}: keeping the password read before", D::NAME),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -235,6 +346,10 @@ mod tests {
         timeout_ms: u64,
         ssl_mode: Option<String>,
         fence_on_disconnect: bool,
+        password_file: Option<std::path::PathBuf>,
+        ca_file: Option<std::path::PathBuf>,
+        cert_file: Option<std::path::PathBuf>,
+        key_file: Option<std::path::PathBuf>,
         own: u8,
     }
 
@@ -282,6 +397,10 @@ mod tests {
                 timeout_ms: 1,
                 ssl_mode: None,
                 fence_on_disconnect: false,
+                password_file: None,
+                ca_file: None,
+                cert_file: None,
+                key_file: None,
             };
             assert_eq!(settings.redacted_url(), expect, "{url}");
         };

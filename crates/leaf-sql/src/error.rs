@@ -103,7 +103,10 @@ fn map(
 fn map_client(name: &'static str, e: sqlx::Error, key: &str) -> Error {
     match e {
         sqlx::Error::Configuration(c) => Error::Config(format!("{key}: {c}")),
-        sqlx::Error::Tls(t) => Error::Config(format!("{key}: TLS failed: {t}")),
+        sqlx::Error::Tls(t) => tls_failed(key, &t),
+        // A handshake the client refused (the server's certificate not signed by `ca_file`, or
+        // not for the URL's host): the configuration, not the network, must change.
+        sqlx::Error::Io(io) if is_tls(&io) => tls_failed(key, &io),
         sqlx::Error::PoolTimedOut => Error::Unavailable(format!(
             "{name}: no connection available within connect_timeout_ms"
         )),
@@ -114,6 +117,20 @@ fn map_client(name: &'static str, e: sqlx::Error, key: &str) -> Error {
         // Protocol and other errors: the next attempt may work, and `Backend` is retryable.
         other => Error::backend(name, other),
     }
+}
+
+/// Whether an I/O error is a TLS failure (rustls's error inside).
+fn is_tls(io: &std::io::Error) -> bool {
+    io.get_ref()
+        .is_some_and(|inner| inner.is::<rustls::Error>())
+}
+
+/// `Config` naming the keys to check after a failed TLS handshake.
+fn tls_failed(key: &str, e: &dyn Display) -> Error {
+    Error::Config(format!(
+        "{key}: TLS with the server failed (check ssl_mode, ca_file, cert_file, key_file and the \
+         host name in {key}): {e}"
+    ))
 }
 
 /// `Unavailable` with the fixed text `msg`; the error itself goes to the log.

@@ -10,7 +10,7 @@ mod rows;
 mod session_lock;
 mod store;
 
-pub use config::{Settings, SqlConfig, fmt_config, parse_url, ssl_mode, validate_store};
+pub use config::{Setters, Settings, SqlConfig, fmt_config, parse_url, ssl_mode, validate_store};
 pub use error::{
     CONFLICT_ATTEMPTS, ServerError, map_sqlx, map_sqlx_at_start, retry_conflicts, worker_id_of,
 };

@@ -13,7 +13,7 @@ use leaf_core::{
 };
 use sqlx::{ConnectOptions, Connection, Database, Pool};
 
-use crate::config::pool;
+use crate::config::{Rotation, pool};
 use crate::error::{map_sqlx, map_sqlx_at_start};
 use crate::session_lock::{
     ConnectError, HeldIdentity, IdentitySettings, Locking, MarkRow, MarkWrite, Proof, SessionLock,
@@ -156,6 +156,7 @@ pub type SqlRegistry<D> = CachedRegistry<SqlClaims<D>>;
 pub struct SqlClaims<D: Queries> {
     pool: Pool<D::Db>,
     config: D::Config,
+    rotation: Rotation,
     file_name: String,
     legacy_file_name: Option<String>,
     /// The identity lock and the mark's background writes ([`HeldIdentity`]).
@@ -165,7 +166,10 @@ pub struct SqlClaims<D: Queries> {
 /// The dialect's part of the identity lock: a dedicated connection per session, the lock on
 /// it, and the mark written there.
 pub(crate) struct SqlLock<D: RegistryDialect> {
+    /// The options as they were at start (its host and database name the lock); each
+    /// connection is made with the configuration's read again (a `password_file` rotates).
     options: Options<D>,
+    config: D::Config,
 }
 
 impl<D: Queries> fmt::Debug for SqlClaims<D> {
@@ -185,6 +189,7 @@ impl<D: Queries> SqlClaims<D> {
         let settings = config.settings();
         let lock = SqlLock {
             options: config.connect_options(KEY)?,
+            config: config.clone(),
         };
         let identity = IdentitySettings {
             connect_timeout: settings.connect_timeout(),
@@ -194,6 +199,7 @@ impl<D: Queries> SqlClaims<D> {
         Ok(SqlClaims {
             pool: pool::<D>(config, KEY)?,
             config: config.clone(),
+            rotation: Rotation::new(&config.settings()),
             file_name: format!("worker-{}-{name}", D::NAME),
             legacy_file_name: D::legacy_cache_file_name(name),
             held: HeldIdentity::new(lock, identity, D::NAME),
@@ -212,6 +218,7 @@ impl<D: Queries> SqlClaims<D> {
     /// The row of `identity`, inserted when missing: `(id, max_timestamp)`.
     async fn row_for(&self, identity: &NodeIdentity) -> Result<(u64, Option<i64>)> {
         let table = "leaf_workerid_alloc";
+        self.rotation.refresh::<D>(&self.config, &self.pool);
         ensure_table::<D>(&self.pool, table, D::LEAF_WORKERID_ALLOC_DDL).await?;
         let ip_port = identity.to_string();
         // Look up first: an insert that fails on the unique key still uses up an id (an
@@ -272,7 +279,15 @@ impl<D: Queries> SessionLock for SqlLock<D> {
             };
             ConnectError { error, answered }
         };
-        let mut conn = self.options.connect().await.map_err(map)?;
+        // The configuration read again: a rotated `password_file` is used from here on.
+        let options = self
+            .config
+            .connect_options(KEY)
+            .map_err(|error| ConnectError {
+                error,
+                answered: false,
+            })?;
+        let mut conn = options.connect().await.map_err(map)?;
         // The server ends the session (and frees the lock) this long after its last statement.
         D::prepare_session(&mut conn, idle_limit)
             .await

@@ -10,7 +10,7 @@ use leaf_core::{
 use sqlx::Pool;
 use std::future::Future;
 
-use crate::config::{pool, validate_store};
+use crate::config::{Rotation, pool, validate_store};
 use crate::error::map_sqlx;
 use crate::rows::{not_found, positive_step};
 use crate::{Dialect, KEY, Queries, SqlConfig};
@@ -58,6 +58,7 @@ pub trait StoreDialect: Dialect {
 pub struct SqlStore<D: Dialect> {
     pool: Pool<D::Db>,
     config: D::Config,
+    rotation: Rotation,
 }
 
 impl<D: Dialect> fmt::Debug for SqlStore<D> {
@@ -86,6 +87,7 @@ impl<D: Queries> SqlStore<D> {
         let store = SqlStore {
             pool: pool::<D>(config, KEY)?,
             config: config.clone(),
+            rotation: Rotation::new(&config.settings()),
         };
         let settings = config.settings();
         let limit = settings.timeout() + settings.connect_timeout();
@@ -114,6 +116,7 @@ impl<D: Queries> SqlStore<D> {
         what: &str,
         fut: impl Future<Output = Result<T>> + Send,
     ) -> Result<T> {
+        self.rotation.refresh::<D>(&self.config, &self.pool);
         bounded(D::NAME, self.config.settings().timeout(), what, fut).await
     }
 

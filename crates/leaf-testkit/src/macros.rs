@@ -332,6 +332,47 @@ pub(crate) fn check_declared(actual: &[(&str, bool)], declared: &[(&str, bool)])
     }
 }
 
+/// Generates, for the SQL backend `$backend` and its fixture type `$fix`
+/// ([`SqlFix`](crate::sql::SqlFix)), the whole conformance suite on the secured server
+/// (store, workerId mode with and without the fence; [`SqlFix::secured`](crate::sql::SqlFix))
+/// and the secured cases (`sql_cases::secured`).
+#[macro_export]
+macro_rules! sql_secured_tests {
+    ($backend:ty, $fix:ty) => {
+        $crate::store_conformance!(
+            store_secured,
+            async { <$fix>::secured().await },
+            durable = true,
+            multi_process = true,
+        );
+        $crate::registry_conformance!(
+            registry_secured,
+            async { <$fix>::secured().await },
+            recycles = false,
+            assigns_distinct_ids = true,
+            exclusive_identity = true,
+            confirms_marks = false,
+        );
+        $crate::registry_conformance!(
+            registry_secured_fenced,
+            async { <$fix>::secured_fenced().await },
+            recycles = false,
+            assigns_distinct_ids = true,
+            exclusive_identity = true,
+            confirms_marks = true,
+        );
+        $crate::sql_tests!($backend, secured;
+            the_project_user_allocates_and_claims_over_verified_tls,
+            a_wrong_ca_is_refused_at_start_naming_ca_file,
+            a_wrong_host_name_is_refused_at_start,
+            without_the_client_certificate_the_start_is_refused,
+            a_plain_connection_to_a_tls_only_server_is_refused,
+            bad_secrets_are_refused_naming_the_key,
+            a_rotated_password_file_is_used_at_reconnect,
+        );
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::check_declared;

@@ -147,6 +147,22 @@ impl Pki {
     pub fn new(server_names: &[&str], client_name: &str) -> Pki {
         let ca = Ca::new("leaf test CA");
         let server = ca.server_for("leaf test server", server_names);
+        Self::write(ca, server, client_name)
+    }
+
+    /// As [`new`](Self::new), the server certificate for `localhost` only: a client that
+    /// verifies the host name refuses the server at `127.0.0.1` (the wrong-host cases).
+    pub fn localhost_only(client_name: &str) -> Pki {
+        let ca = Ca::new("leaf test CA");
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).expect("a name");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "leaf test server");
+        let server = ca.issue(params);
+        Self::write(ca, server, client_name)
+    }
+
+    fn write(ca: Ca, server: Pair, client_name: &str) -> Pki {
         let client = ca.client(client_name, false);
         let other = Ca::new("another CA");
         let dir = tempfile::tempdir().expect("a directory for the certificates");

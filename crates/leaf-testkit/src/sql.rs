@@ -105,6 +105,28 @@ pub async fn database_on<B: SqlBackend>(server: &Endpoint) -> SqlDatabase {
         .unwrap_or_else(|e| panic!("a database on {server:?}: {e}"))
 }
 
+/// The settings of a configuration that reaches `db` on the secured `server` as the project's
+/// user: its URL (host `localhost`), the TLS mode that verifies the certificate and the host
+/// name, the CA, the client certificate and the password's file.
+pub fn secured_settings<B: SqlBackend>(server: &provision::SecuredSql, db: &SqlDatabase) -> Value {
+    let verify = match B::SERVER.name {
+        "mysql" => "verify_identity",
+        _ => "verify-full",
+    };
+    let password_file = server.pki.path("password");
+    if !password_file.exists() {
+        crate::pki::put(server.pki.dir(), "password", provision::SECURED_PASSWORD);
+    }
+    serde_json::json!({
+        "url": server.user_url(db),
+        "ssl_mode": verify,
+        "ca_file": server.pki.path("ca.pem"),
+        "cert_file": server.pki.path("client.pem"),
+        "key_file": server.pki.path("client.key"),
+        "password_file": password_file,
+    })
+}
+
 /// One test's database, and `B`'s store and registries (nodes) on it.
 pub struct SqlFix<B: SqlBackend> {
     /// The database.
@@ -112,6 +134,9 @@ pub struct SqlFix<B: SqlBackend> {
     dirs: NodeDirs,
     /// `fence_on_disconnect` of the fixture's registries.
     fenced: bool,
+    /// The settings every configuration of the fixture starts from (a secured server's user,
+    /// URL and TLS files), before a case's own changes.
+    secure: Option<Value>,
     store: OnceCell<Arc<dyn SegmentStore>>,
     backend: PhantomData<B>,
 }
@@ -130,20 +155,64 @@ impl<B: SqlBackend> SqlFix<B> {
         }
     }
 
+    /// A fixture on a new database of the secured server of `B`'s kind
+    /// ([`provision::secured_sql`]): every configuration it makes connects as the project's
+    /// user ([`provision::SECURED_USER`]), over TLS verifying the server's certificate and host
+    /// name (`ca_file`), with the client certificate (`cert_file`, `key_file`) and the password
+    /// read from a file (`password_file`).
+    pub async fn secured() -> Self {
+        let server = provision::secured_sql(B::SERVER)
+            .await
+            .unwrap_or_else(|e| panic!("no secured {} server for the tests: {e}", B::SERVER.name));
+        Self::secured_on(server).await
+    }
+
+    /// As [`secured`](Self::secured), on `server` (one of the test's own).
+    pub async fn secured_on(server: &provision::SecuredSql) -> Self {
+        let db = server
+            .database()
+            .await
+            .unwrap_or_else(|e| panic!("a database on the secured server: {e}"));
+        SqlFix {
+            secure: Some(secured_settings::<B>(server, &db)),
+            ..Self::on(db)
+        }
+    }
+
+    /// [`secured`](Self::secured), its registries with `fence_on_disconnect`.
+    pub async fn secured_fenced() -> Self {
+        SqlFix {
+            fenced: true,
+            ..Self::secured().await
+        }
+    }
+
     /// A fixture on `db`.
     pub fn on(db: SqlDatabase) -> Self {
         SqlFix {
             db,
             dirs: NodeDirs::default(),
             fenced: false,
+            secure: None,
             store: OnceCell::new(),
             backend: PhantomData,
         }
     }
 
-    /// The defaults on the fixture's database, then `changes`.
+    /// The defaults on the fixture's database (with a secured fixture's settings), then
+    /// `changes`.
     pub fn config(&self, changes: Value) -> Config<B> {
-        config_of::<B>(&self.db.url, changes)
+        match (&self.secure, changes) {
+            (Some(Value::Object(secure)), Value::Object(changes)) => {
+                let mut all = secure.clone();
+                all.extend(changes);
+                let url = all
+                    .remove("url")
+                    .and_then(|u| u.as_str().map(str::to_owned));
+                config_of::<B>(url.as_deref().unwrap_or(&self.db.url), Value::Object(all))
+            }
+            (_, changes) => config_of::<B>(&self.db.url, changes),
+        }
     }
 
     /// A registry on `dir` with the fixture's settings.
@@ -181,6 +250,85 @@ impl<B: SqlBackend> SqlFix<B> {
             .split(':')
             .next();
         format!("{}:***@", user.unwrap_or_default())
+    }
+
+    /// A store on `config`; panics if it does not start.
+    pub async fn store_with(&self, config: &Config<B>) -> Arc<dyn SegmentStore> {
+        store_of::<B>(config)
+            .await
+            .unwrap_or_else(|e| panic!("a store on {}: {e}", self.db.name))
+    }
+
+    /// The identity of node `i` of the fixture.
+    pub fn identity_of(&self, i: u16) -> NodeIdentity {
+        NodeIdentity::new("10.0.0.1", 8000 + i)
+    }
+
+    /// The path of a file of the shared secured server's certificates (`other-ca.pem`).
+    pub fn secured_file(&self, name: &str) -> PathBuf {
+        let server = self.secured_server();
+        server.pki.path(name)
+    }
+
+    /// The URL a configuration of the fixture reaches its database at.
+    pub fn config_url(&self) -> String {
+        match &self.secure {
+            Some(secure) => secure["url"].as_str().unwrap_or(&self.db.url).to_owned(),
+            None => self.db.url.clone(),
+        }
+    }
+
+    fn secured_server(&self) -> &'static provision::SecuredSql {
+        assert!(self.secure.is_some(), "not a secured fixture");
+        provision::secured_sql_started(B::SERVER).expect("the secured server is started")
+    }
+
+    /// Sets the password of the secured server's project user (as its administrator).
+    pub async fn set_user_password(&self, password: &str) {
+        let user = provision::SECURED_USER;
+        let sql = match B::SERVER.name {
+            "mysql" => format!("ALTER USER '{user}'@'%' IDENTIFIED BY '{password}'"),
+            _ => format!("ALTER ROLE {user} PASSWORD '{password}'"),
+        };
+        self.db.exec(&sql).await;
+    }
+
+    /// Ends every session of the secured server's project user (as its administrator).
+    pub async fn end_user_sessions(&self) {
+        let user = provision::SECURED_USER;
+        match B::SERVER.name {
+            "mysql" => {
+                let mut session = self.db.session().await;
+                loop {
+                    let sql = format!(
+                        "SELECT MIN(ID) FROM information_schema.PROCESSLIST WHERE USER = '{user}'"
+                    );
+                    let Some(id) = session.scalar(&sql).await else {
+                        break;
+                    };
+                    session.exec(&format!("KILL CONNECTION {id}")).await;
+                }
+            }
+            _ => {
+                let sql = format!(
+                    "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE usename = '{user}'"
+                );
+                self.db.scalar(&sql).await;
+            }
+        }
+    }
+
+    /// How many sessions the secured server's project user has open.
+    pub async fn user_sessions(&self) -> i64 {
+        let user = provision::SECURED_USER;
+        let sql = match B::SERVER.name {
+            "mysql" => {
+                format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = '{user}'")
+            }
+            _ => format!("SELECT COUNT(*) FROM pg_stat_activity WHERE usename = '{user}'"),
+        };
+        self.db.scalar(&sql).await.unwrap_or(0)
     }
 
     async fn connect(&self) -> Arc<dyn SegmentStore> {

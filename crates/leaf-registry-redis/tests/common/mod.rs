@@ -80,7 +80,7 @@ impl StoreFixture for StoreFix {
 pub struct RegFix {
     pub config: RedisConfig,
     dirs: NodeDirs,
-    _ns: RedisNamespace,
+    _ns: Option<RedisNamespace>,
 }
 
 impl RegFix {
@@ -92,7 +92,16 @@ impl RegFix {
         RegFix {
             config: config_of(&ns),
             dirs: NodeDirs::default(),
-            _ns: ns,
+            _ns: Some(ns),
+        }
+    }
+
+    /// A fixture whose registries run on `config` (a server and prefix of the caller's).
+    pub fn with_config(config: RedisConfig) -> Self {
+        RegFix {
+            config,
+            dirs: NodeDirs::default(),
+            _ns: None,
         }
     }
 

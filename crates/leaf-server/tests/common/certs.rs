@@ -6,6 +6,8 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+// Not every test binary that includes this module uses each of them.
+#[allow(unused_imports)]
 pub(crate) use leaf_testkit::pki::{Ca, Pair, put};
 
 /// A rustls client that trusts `ca` (PEM), offers `alpn`, and presents `client`, if any.

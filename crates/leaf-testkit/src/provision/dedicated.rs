@@ -192,6 +192,33 @@ impl Dedicated {
         .await
     }
 
+    /// Runs `cmd` in the container (`docker exec`, as its default user: root in the test
+    /// images) and waits for it to end; fails, with its output, unless it exits 0.
+    pub async fn exec(&self, cmd: &[&str]) -> Result<(), ProvisionError> {
+        let id = self.container()?.id().to_string();
+        let args: Vec<String> = ["exec", id.as_str()]
+            .iter()
+            .chain(cmd)
+            .map(|a| a.to_string())
+            .collect();
+        let shown = cmd.join(" ");
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("docker").args(&args).output()
+        })
+        .await
+        .map_err(|e| ProvisionError(format!("{shown:?}: {e}")))?
+        .map_err(|e| ProvisionError(format!("cannot run docker exec {shown:?}: {e}")))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(ProvisionError(format!(
+            "{shown:?} in container {id}: {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )))
+    }
+
     /// Freezes every process of the container, as `docker pause` does (an orchestrator's
     /// frozen node: no signal, no chance to react); [`unpause`](Self::unpause) thaws it.
     pub async fn pause(&self) -> Result<(), ProvisionError> {

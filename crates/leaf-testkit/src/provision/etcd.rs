@@ -37,6 +37,47 @@ pub static ETCD: ServerKind = ServerKind {
     shared: OnceCell::const_new(),
 };
 
+/// etcd serving TLS only on its client port, with client certificates required
+/// (`--client-cert-auth`): the certificates [`etcd_secured`] copies into [`ETCD_CERTS`]. Its
+/// endpoint's URL is `https://localhost:PORT` (the server's certificate names `localhost`);
+/// its probe only opens a TCP connection.
+pub static ETCD_SECURED: ServerKind = ServerKind {
+    name: "etcd-secured",
+    url_var: crate::vars::ETCD_URL,
+    image_var: crate::vars::ETCD_IMAGE,
+    default_image: "gcr.io/etcd-development/etcd:v3.5.17",
+    port: CLIENT_PORT,
+    env: &[
+        ("ETCD_LISTEN_CLIENT_URLS", "https://0.0.0.0:2379"),
+        ("ETCD_ADVERTISE_CLIENT_URLS", "https://localhost:2379"),
+        ("ETCD_CERT_FILE", "/leaf-certs/server.pem"),
+        ("ETCD_KEY_FILE", "/leaf-certs/server.key"),
+        ("ETCD_TRUSTED_CA_FILE", "/leaf-certs/ca.pem"),
+        ("ETCD_CLIENT_CERT_AUTH", "true"),
+        ("ETCD_LOGGER", "zap"),
+    ],
+    ready_log: "starting an etcd server",
+    url: |port| format!("https://localhost:{port}"),
+    probe: |endpoint| Box::pin(super::tcp_probe(endpoint)),
+    shared: OnceCell::const_new(),
+};
+
+/// Where [`etcd_secured`] puts the certificates in the container.
+pub const ETCD_CERTS: &str = "/leaf-certs";
+
+/// An etcd container of one's own that serves TLS only, requires client certificates signed
+/// by `pki`'s CA, and presents `pki`'s server certificate. Authentication (users, roles,
+/// `auth enable`) is the caller's to set up, through a client with `pki`'s client certificate.
+pub async fn etcd_secured(pki: &crate::pki::Pki) -> Result<Dedicated, ProvisionError> {
+    let mut files = Vec::new();
+    for name in ["ca.pem", "server.pem", "server.key"] {
+        let bytes = std::fs::read(pki.path(name))
+            .map_err(|e| ProvisionError(format!("cannot read {name}: {e}")))?;
+        files.push((format!("{ETCD_CERTS}/{name}"), 0o644, bytes));
+    }
+    super::dedicated_with_files(&ETCD_SECURED, &[], files, Vec::new()).await
+}
+
 const CLIENT_PORT: u16 = 2379;
 const PEER_PORT: u16 = 2380;
 

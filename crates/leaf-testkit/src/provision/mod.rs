@@ -50,20 +50,28 @@ mod pgbouncer;
 mod postgres;
 mod reap;
 mod redis;
+mod secured_sql;
 mod sql;
 mod zookeeper;
 
 pub(crate) use dedicated::Launch;
 pub use dedicated::{Dedicated, dedicated, dedicated_with, dedicated_with_files};
-pub use etcd::{ETCD, EtcdCluster, EtcdNamespace, etcd_cluster, etcd_namespace, etcd_namespace_on};
+pub use etcd::{
+    ETCD, ETCD_CERTS, ETCD_SECURED, EtcdCluster, EtcdNamespace, etcd_cluster, etcd_namespace,
+    etcd_namespace_on, etcd_secured,
+};
 pub use leaf_server::{Coordination, LEAF_SERVER, LeafCluster, get as http_get, leaf_cluster};
 pub use mysql::{MYSQL, mysql_database, mysql_database_on};
 pub use pgbouncer::{PGBOUNCER_VAR, PgBouncer, pgbouncer};
 pub use postgres::{POSTGRES, postgres_database, postgres_database_on};
 use reap::{network_name, reap_once};
 pub use redis::{
-    DURABLE_ARGS, REDIS, RedisNamespace, kill_server, redis_dedicated, redis_dedicated_with,
-    redis_namespace, redis_namespace_on, redis_shared, redis_with_replica,
+    DURABLE_ARGS, REDIS, REDIS_ADMIN_PASSWORD, REDIS_ADMIN_USER, REDIS_SECURED, RedisNamespace,
+    kill_server, redis_dedicated, redis_dedicated_with, redis_namespace, redis_namespace_on,
+    redis_secured, redis_shared, redis_with_replica,
+};
+pub use secured_sql::{
+    SECURED_PASSWORD, SECURED_USER, SecuredSql, secured_sql, secured_sql_own, secured_sql_started,
 };
 pub use sql::{MysqlDatabase, PostgresDatabase, SqlDatabase, SqlSession, with_database};
 pub use zookeeper::{
@@ -80,6 +88,37 @@ pub async fn sql_database_on(
         "mysql" => mysql_database_on(server).await,
         "postgres" => postgres_database_on(server).await,
         other => Err(ProvisionError(format!("{other} is not a SQL server"))),
+    }
+}
+
+/// A TCP connection to the port of the endpoint's URL (`scheme://host:port[/...]`) opens: the
+/// probe of a server that speaks TLS only, whose readiness line has been seen.
+pub(crate) async fn tcp_probe(endpoint: Endpoint) -> Result<(), String> {
+    let rest = endpoint
+        .url
+        .split_once("://")
+        .map_or(endpoint.url.as_str(), |(_, rest)| rest);
+    let addr = rest.split('/').next().unwrap_or(rest).to_owned();
+    tokio::time::timeout(PROBE_IO_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("no connection within {PROBE_IO_TIMEOUT:?}"))?
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// How long [`tcp_probe`] waits for a connection.
+const PROBE_IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Runs one statement on a fresh connection to the SQL server of `kind` at `server`.
+pub(crate) async fn execute_on(
+    kind: &ServerKind,
+    server: &Endpoint,
+    sql: &str,
+) -> Result<(), String> {
+    match kind.name {
+        "mysql" => mysql::execute_sql(server.url.clone(), sql.to_owned()).await,
+        "postgres" => postgres::execute_sql(server.url.clone(), sql.to_owned()).await,
+        other => Err(format!("{other} is not a SQL server")),
     }
 }
 

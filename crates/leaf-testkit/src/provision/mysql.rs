@@ -41,3 +41,8 @@ pub async fn mysql_database() -> Result<SqlDatabase, ProvisionError> {
 pub async fn mysql_database_on(server: &Endpoint) -> Result<SqlDatabase, ProvisionError> {
     database_on(server, &DIALECT).await
 }
+
+/// Runs `sql` on a fresh connection to `url`.
+pub(super) async fn execute_sql(url: String, sql: String) -> Result<(), String> {
+    (DIALECT.execute)(url, sql).await
+}

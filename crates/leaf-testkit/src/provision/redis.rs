@@ -193,6 +193,85 @@ pub async fn redis_with_replica() -> Result<(Dedicated, Dedicated), ProvisionErr
     Ok((primary, replica))
 }
 
+/// A secured Redis ([`redis_secured`]): TLS only, its certificate from a [`crate::pki::Pki`].
+/// The probe cannot speak RESP in the clear to it: it only opens a TCP connection (the server
+/// listens once it has loaded its data, after its readiness line).
+pub static REDIS_SECURED: ServerKind = ServerKind {
+    name: "redis-secured",
+    url_var: crate::vars::REDIS_URL,
+    image_var: crate::vars::REDIS_IMAGE,
+    default_image: "redis:7",
+    port: PORT,
+    env: &[("REDIS_APPENDONLY", "yes"), ("REDIS_APPENDFSYNC", "always")],
+    ready_log: "Ready to accept connections",
+    url: |port| format!("rediss://127.0.0.1:{port}"),
+    probe: |endpoint| Box::pin(super::tcp_probe(endpoint)),
+    shared: OnceCell::const_new(),
+};
+
+/// The administrator of every [`redis_secured`] server (`+@all` on every key): what a test
+/// uses to change users (`ACL SETUSER`) or drop connections (`CLIENT KILL`).
+pub const REDIS_ADMIN_USER: &str = "leaftest-admin";
+/// The password of [`REDIS_ADMIN_USER`].
+pub const REDIS_ADMIN_PASSWORD: &str = "leaftest-admin-password";
+
+/// Where the certificates and the ACL file go in a secured container.
+const TLS_DIR: &str = "/leaftest-tls";
+
+/// A Redis container of one's own that serves TLS only (`--port 0 --tls-port 6379`), with the
+/// server certificate and CA of `pki`, [`DURABLE_ARGS`], and the ACL file: `user default off`,
+/// [`REDIS_ADMIN_USER`], and `users` (whole ACL lines, `user NAME on >PASSWORD ~KEYS +CMDS`).
+/// `require_client_cert`: `--tls-auth-clients yes` (a client must present a certificate of the
+/// CA), else `optional`. Its endpoint is `rediss://127.0.0.1:PORT`.
+pub async fn redis_secured(
+    pki: &crate::pki::Pki,
+    require_client_cert: bool,
+    users: &[String],
+) -> Result<Dedicated, ProvisionError> {
+    let mut acl = format!(
+        "user default off\nuser {REDIS_ADMIN_USER} on >{REDIS_ADMIN_PASSWORD} ~* &* +@all\n"
+    );
+    for u in users {
+        acl.push_str(u.trim());
+        acl.push('\n');
+    }
+    let file =
+        |name: &str, text: &str| (format!("{TLS_DIR}/{name}"), 0o644, text.as_bytes().to_vec());
+    let files = vec![
+        file("ca.pem", &pki.ca),
+        file("server.pem", &pki.server.cert),
+        file("server.key", &pki.server.key),
+        file("users.acl", &acl),
+    ];
+    let auth_clients = if require_client_cert {
+        "yes"
+    } else {
+        "optional"
+    };
+    let tls_args = [
+        "--port".to_string(),
+        "0".into(),
+        "--tls-port".into(),
+        PORT.to_string(),
+        "--tls-cert-file".into(),
+        format!("{TLS_DIR}/server.pem"),
+        "--tls-key-file".into(),
+        format!("{TLS_DIR}/server.key"),
+        "--tls-ca-cert-file".into(),
+        format!("{TLS_DIR}/ca.pem"),
+        "--tls-auth-clients".into(),
+        auth_clients.into(),
+        "--aclfile".into(),
+        format!("{TLS_DIR}/users.acl"),
+    ];
+    let args: Vec<&str> = DURABLE_ARGS
+        .iter()
+        .copied()
+        .chain(tls_args.iter().map(String::as_str))
+        .collect();
+    super::dedicated_with_files(&REDIS_SECURED, &args, files, Vec::new()).await
+}
+
 /// Kills the server of `d` with SIGKILL (no shutdown, no final fsync); `start` brings it back.
 pub async fn kill_server(d: &Dedicated) -> Result<(), ProvisionError> {
     d.kill().await

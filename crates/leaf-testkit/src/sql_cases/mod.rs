@@ -7,6 +7,7 @@
 pub mod faults;
 pub mod hold;
 pub mod registry;
+pub mod secured;
 pub mod store;
 
 pub use crate::fixture::{now_ms, request};
