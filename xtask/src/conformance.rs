@@ -163,7 +163,7 @@ pub(crate) fn run_and_keep_env(root: &Path, args: &[String]) -> Result<Vec<(Stri
         }
         packages.push(shown);
     }
-    reap_containers();
+    crate::housekeeping::reap();
     if !failed.is_empty() {
         bail!("conformance failed for {}", failed.join(", "));
     }
@@ -304,46 +304,6 @@ fn check_docker() -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Removes the containers `leaf-testkit` started for test processes of this host that have
-/// ended (a process-wide shared container outlives its tests: nothing drops a static).
-pub(crate) fn reap_containers() {
-    let host = hostname();
-    let Ok(out) = Command::new("docker")
-        .args([
-            "ps",
-            "-a",
-            "--filter",
-            "label=org.leaf-rs.testkit.pid",
-            "--format",
-            "{{.ID}} {{.Label \"org.leaf-rs.testkit.pid\"}} {{.Label \"org.leaf-rs.testkit.host\"}}",
-        ])
-        .output()
-    else {
-        return;
-    };
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let mut f = line.split_whitespace();
-        let (Some(id), Some(pid), Some(h)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        if h == host && !Path::new("/proc").join(pid).exists() {
-            let removed = Command::new("docker")
-                .args(["rm", "-f", "-v", id])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if removed {
-                eprintln!("xtask conformance: removed test container {id} of ended process {pid}");
-            }
-        }
-    }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

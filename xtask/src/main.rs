@@ -17,6 +17,7 @@ mod bench;
 mod bench_http;
 mod conformance;
 mod disk;
+mod housekeeping;
 mod image;
 mod python;
 mod testbed;
@@ -97,6 +98,8 @@ fn workspace_root() -> PathBuf {
 }
 
 fn ci(root: &Path) -> Result<()> {
+    // What Docker holds before the run: at its end, nothing of the run's may be left.
+    let before = housekeeping::Objects::now()?;
     cargo(root, "format check", &["fmt", "--all", "--", "--check"])?;
     cargo(
         root,
@@ -125,6 +128,7 @@ fn ci(root: &Path) -> Result<()> {
     args[2] = "--doc";
     cargo(root, "doc tests", &args)?;
     python::run(root)?;
+    housekeeping::check_nothing_left(&before)?;
     println!("xtask ci: all steps passed");
     Ok(())
 }
