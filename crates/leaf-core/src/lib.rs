@@ -30,7 +30,7 @@ pub use registry::{
     AcquireRequest, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity, PeerDirectory,
     RegistryCapabilities, Renewal, WorkerIdRegistry, min_lease_ttl,
 };
-pub use secret::{check_tls_files, read_secret_file, secret};
+pub use secret::{check_tls_files, read_secret_file, secret, tls_certificate_refused};
 pub use store::{
     Allocation, DEFAULT_STEP, MAX_DESCRIPTION_CHARS, MAX_STEP, NewTag, SegmentStore,
     StoreCapabilities, TagRecord, TagUpdate, clamp_step, validate_step,

@@ -74,6 +74,26 @@ pub fn check_tls_files(
     Ok(())
 }
 
+/// Whether the text of a TLS error (rustls's `Display`) says a certificate was refused in the
+/// handshake: the peer's not trusted or not for the name asked for, or ours refused or
+/// missing. That is the configuration's to fix (`ca_file`, `cert_file`, the host name); other
+/// TLS failures (a protocol error, a corrupt record) are not.
+pub fn tls_certificate_refused(text: &str) -> bool {
+    const ALERTS: &[&str] = &[
+        "BadCertificate",
+        "UnsupportedCertificate",
+        "CertificateRevoked",
+        "CertificateExpired",
+        "CertificateUnknown",
+        "UnknownCA",
+        "CertificateRequired",
+        "AccessDenied",
+    ];
+    text.contains("invalid peer certificate")
+        || text.contains("peer sent no certificates")
+        || (text.contains("received fatal alert") && ALERTS.iter().any(|a| text.contains(a)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +111,23 @@ mod tests {
         assert_eq!(read_secret_file("password_file", &path).unwrap(), "two\n");
         std::fs::write(&path, "crlf\r\n").unwrap();
         assert_eq!(read_secret_file("password_file", &path).unwrap(), "crlf");
+    }
+
+    #[test]
+    fn certificate_refusals_are_told_from_other_tls_failures() {
+        assert!(tls_certificate_refused(
+            "invalid peer certificate: UnknownIssuer"
+        ));
+        assert!(tls_certificate_refused(
+            "received fatal alert: BadCertificate"
+        ));
+        assert!(tls_certificate_refused(
+            "received fatal alert: CertificateRequired"
+        ));
+        assert!(!tls_certificate_refused(
+            "received fatal alert: DecodeError"
+        ));
+        assert!(!tls_certificate_refused("peer misbehaved: something"));
     }
 
     #[test]
@@ -121,6 +158,9 @@ mod tests {
         let empty = secret("password", None, Some(&path)).unwrap_err();
         assert!(empty.to_string().contains("is empty"), "{empty}");
         std::fs::write(&path, "hunter2").unwrap();
+        let both = secret("password", Some("inline-pw"), Some(&path)).unwrap_err();
+        assert!(!both.to_string().contains("hunter2"), "{both}");
+        assert!(!both.to_string().contains("inline-pw"), "{both}");
         assert_eq!(secret("password", None, None).unwrap(), None);
         assert_eq!(
             secret("password", Some("inline"), None).unwrap().as_deref(),

@@ -20,9 +20,19 @@ pub(crate) struct Conn {
     config: EtcdConfig,
     timeout: Duration,
     client: OnceCell<Client>,
-    /// The password the client authenticated with last, when it comes from `password_file`.
-    password: Mutex<Option<String>>,
+    /// The password the client authenticated with last, and when a new one was refused.
+    password: Mutex<Rotation>,
 }
+
+/// What [`Conn::rotate`] remembers.
+#[derive(Default)]
+struct Rotation {
+    password: Option<String>,
+    failed_at: Option<std::time::Instant>,
+}
+
+/// How long a password_file text etcd refused is left before it is tried again.
+const ROTATION_RETRY: Duration = Duration::from_secs(5);
 
 impl fmt::Debug for Conn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -39,7 +49,7 @@ impl Conn {
             config: config.clone(),
             timeout: config.timeout(),
             client: OnceCell::new(),
-            password: Mutex::new(None),
+            password: Mutex::new(Rotation::default()),
         }
     }
 
@@ -64,7 +74,7 @@ impl Conn {
             })
             .await?;
         let mut client = client.clone();
-        self.rotate(&mut client).await?;
+        self.rotate(&mut client).await;
         Ok(client)
     }
 
@@ -77,8 +87,8 @@ impl Conn {
                 if self.config.cert_file.is_none() && matches!(self.config.tls(), Ok(true)) =>
             {
                 Error::Unavailable(format!(
-                    "{m} (over https:// without cert_file: a cluster started with \
-                     --client-cert-auth refuses clients without a certificate)"
+                    "{m} (https:// without cert_file: if the cluster runs with \
+                     --client-cert-auth, it needs cert_file and key_file)"
                 ))
             }
             other => other,
@@ -99,7 +109,7 @@ impl Conn {
         }
         if let Some(user) = &self.config.username {
             let password = self.config.password_now()?.unwrap_or_default();
-            *self.password.lock().await = Some(password.clone());
+            self.password.lock().await.password = Some(password.clone());
             // An expired token (etcd's `--auth-token-ttl`) is taken again with the password.
             options = options
                 .with_user(user.clone(), password)
@@ -128,27 +138,50 @@ impl Conn {
     }
 
     /// With a `password_file` whose text is not the one the client authenticated with: the
-    /// client authenticates with the new text (shared by every clone of it).
-    async fn rotate(&self, client: &mut Client) -> Result<()> {
+    /// client authenticates with the new text (shared by every clone of it). Never fails the
+    /// call it runs before: a file that cannot be read, or a new text etcd refuses (the secret
+    /// changed before the user's password did), is logged and the client goes on with its
+    /// token; it tries again at most every [`ROTATION_RETRY`].
+    async fn rotate(&self, client: &mut Client) {
         let (Some(user), Some(_)) = (&self.config.username, &self.config.password_file) else {
-            return Ok(());
+            return;
         };
-        let now = self.config.password_now()?;
-        let mut last = self.password.lock().await;
-        if *last == now {
-            return Ok(());
+        let Ok(mut state) = self.password.try_lock() else {
+            return; // another call is authenticating now
+        };
+        let now = match self.config.password_now() {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(error = %e, "etcd: password_file unreadable; keeping the token");
+                return;
+            }
+        };
+        if state.password == now
+            || state
+                .failed_at
+                .is_some_and(|t| t.elapsed() < ROTATION_RETRY)
+        {
+            return;
         }
         let creds = (user.clone(), now.clone().unwrap_or_default());
-        leaf_core::bounded(BACKEND, self.timeout, "authenticating", async {
+        let done = leaf_core::bounded(BACKEND, self.timeout, "authenticating", async {
             client
                 .update_user(Some(creds))
                 .await
                 .map_err(|e| map_etcd(e, "authenticating"))
         })
-        .await?;
-        tracing::info!("etcd: password_file changed; authenticated with its new text");
-        *last = now;
-        Ok(())
+        .await;
+        match done {
+            Ok(()) => {
+                tracing::info!("etcd: password_file changed; authenticated with its new text");
+                state.password = now;
+                state.failed_at = None;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "etcd: the new password_file text was refused; keeping the token");
+                state.failed_at = Some(std::time::Instant::now());
+            }
+        }
     }
 
     /// Runs one etcd call, bounded by the timeout, its error mapped (`what` names it).

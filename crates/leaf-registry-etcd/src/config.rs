@@ -47,7 +47,8 @@ pub struct EtcdConfig {
     /// `username`'s password. Never logged, never in `Debug` output. Default: none.
     pub password: Option<String>,
     /// A file holding `username`'s password (not with `password`): read when the client is
-    /// made, and again whenever etcd refuses the credentials, so that a rotated secret takes
+    /// made and again before each call; when its text changed the client authenticates anew
+    /// (a text etcd refuses is logged and the token kept), so that a rotated secret takes
     /// effect without a restart. Default: none.
     pub password_file: Option<PathBuf>,
 }

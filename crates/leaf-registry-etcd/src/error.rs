@@ -91,21 +91,20 @@ fn tls_failure(e: &etcd_client::Error) -> Option<String> {
         other => Some(other),
     };
     while let Some(err) = source {
-        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
-            return Some(tls.to_string());
-        }
         // An I/O error's `source` skips the error it wraps: look inside it first. An alert the
         // member sent after the handshake (no client certificate, under TLS 1.3) reaches the
         // client as an I/O error of its text only.
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            let inner = io.get_ref();
-            if let Some(tls) = inner.and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                return Some(tls.to_string());
-            }
-            let text = io.to_string();
-            if io.kind() == std::io::ErrorKind::InvalidData && text.contains("fatal alert") {
-                return Some(text);
-            }
+        let io = err.downcast_ref::<std::io::Error>();
+        let text = match (err.downcast_ref::<rustls::Error>(), io) {
+            (Some(tls), _) => Some(tls.to_string()),
+            (None, Some(io)) => Some(match io.get_ref() {
+                Some(inner) => inner.to_string(),
+                None => io.to_string(),
+            }),
+            (None, None) => None,
+        };
+        if let Some(text) = text.filter(|t| leaf_core::tls_certificate_refused(t)) {
+            return Some(text);
         }
         source = err.source();
     }

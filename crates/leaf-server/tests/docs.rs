@@ -41,22 +41,41 @@ fn is_manifest(text: &str) -> bool {
         .any(|l| l.trim() == "[dependencies]" || l.trim() == "[package]")
 }
 
-/// The examples' TLS files (`/etc/leaf/tls/...`) are made in `dir`, and the example points at
-/// them, so that the keys load as they would on a node that has them.
-fn with_tls_files(toml: &str, dir: &Path) -> String {
-    const AT: &str = "/etc/leaf/tls/";
-    if !toml.contains(AT) {
-        return toml.to_owned();
-    }
+/// The files an example names (`"/etc/leaf/..."`: certificates, `*.key` their keys;
+/// `"/run/secrets/..."`: secrets, a ZooKeeper `zk-auth` as `user:password`) are made in `dir`,
+/// and the example points at them, so that the keys load as they would on a node that has them.
+fn with_example_files(toml: &str, dir: &Path) -> String {
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
         .unwrap()
         .self_signed(&key)
         .unwrap();
-    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
-    std::fs::write(dir.join("ca.crt"), cert.pem()).unwrap();
-    toml.replace(AT, &format!("{}/", dir.display()))
+    let mut out = toml.to_owned();
+    for prefix in ["\"/etc/leaf/", "\"/run/secrets/"] {
+        let mut at = 0;
+        while let Some(i) = out[at..].find(prefix) {
+            let start = at + i + 1;
+            let end = start + out[start..].find('"').unwrap();
+            let path = out[start..end].to_owned();
+            let local = dir.join(path.trim_start_matches('/').replace('/', "_"));
+            let text = if path.starts_with("/run/secrets/") {
+                if path.ends_with("zk-auth") {
+                    "leaf:example".to_owned()
+                } else {
+                    "example-secret".to_owned()
+                }
+            } else if path.ends_with(".key") {
+                key.serialize_pem()
+            } else {
+                cert.pem()
+            };
+            std::fs::write(&local, text).unwrap();
+            let local = local.display().to_string();
+            out.replace_range(start..end, &local);
+            at = start + local.len();
+        }
+    }
+    out
 }
 
 /// The docs that show `leaf.toml` examples.
@@ -73,7 +92,7 @@ fn every_leaf_toml_example_loads_as_the_server_loads_it() {
             }
             let dir = tempfile::tempdir().unwrap();
             let file = dir.path().join("leaf.toml");
-            std::fs::write(&file, with_tls_files(&toml, dir.path())).unwrap();
+            std::fs::write(&file, with_example_files(&toml, dir.path())).unwrap();
             let loaded = leaf_server::config::load(Some(&file), Vec::new())
                 .unwrap_or_else(|e| panic!("{doc}:{line}: {e}\n{toml}"));
             // A table of a backend this build lacks is ignored with a warning; anything else

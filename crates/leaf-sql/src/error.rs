@@ -40,6 +40,13 @@ pub enum ServerError {
 /// What an sqlx error met at start-up means: as [`map_sqlx`], except that refused credentials
 /// or an unknown database are `Config` (the operator must fix the URL; start-up stops with it).
 pub fn map_sqlx_at_start<D: Dialect>(e: sqlx::Error, what: &str, key: &str) -> Error {
+    // A certificate the client refused (or the server refused ours): the configuration must
+    // change. While serving, the same is an outage to report and wait out (503).
+    if let sqlx::Error::Io(io) = &e
+        && is_certificate_refusal(io)
+    {
+        return tls_failed(key, io);
+    }
     match D::classify(&e) {
         Some(ServerError::Refused) => Error::Config(format!("{key}: the server refused it: {e}")),
         class => map(D::NAME, class, e, what, key),
@@ -104,9 +111,6 @@ fn map_client(name: &'static str, e: sqlx::Error, key: &str) -> Error {
     match e {
         sqlx::Error::Configuration(c) => Error::Config(format!("{key}: {c}")),
         sqlx::Error::Tls(t) => tls_failed(key, &t),
-        // A handshake the client refused (the server's certificate not signed by `ca_file`, or
-        // not for the URL's host): the configuration, not the network, must change.
-        sqlx::Error::Io(io) if is_tls(&io) => tls_failed(key, &io),
         sqlx::Error::PoolTimedOut => Error::Unavailable(format!(
             "{name}: no connection available within connect_timeout_ms"
         )),
@@ -119,10 +123,14 @@ fn map_client(name: &'static str, e: sqlx::Error, key: &str) -> Error {
     }
 }
 
-/// Whether an I/O error is a TLS failure (rustls's error inside).
-fn is_tls(io: &std::io::Error) -> bool {
+/// Whether an I/O error is a certificate refused in the TLS handshake (sqlx hands rustls's
+/// error over inside an I/O error): the server's certificate not signed by `ca_file` or not
+/// for the URL's host, or the server refusing ours. Other TLS errors are not the
+/// configuration's.
+fn is_certificate_refusal(io: &std::io::Error) -> bool {
     io.get_ref()
-        .is_some_and(|inner| inner.is::<rustls::Error>())
+        .and_then(|i| i.downcast_ref::<rustls::Error>())
+        .is_some_and(|tls| leaf_core::tls_certificate_refused(&tls.to_string()))
 }
 
 /// `Config` naming the keys to check after a failed TLS handshake.

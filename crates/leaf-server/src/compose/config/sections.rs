@@ -123,9 +123,11 @@ struct Redacted<'a>(&'a Value, &'a str);
 
 impl fmt::Debug for Redacted<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secret = ["password", "token", "secret", "auth"]
+        // ZooKeeper's `auth` ("user:password") and its `acl` (digest hashes of passwords).
+        let secret = ["password", "token", "secret"]
             .iter()
-            .any(|s| self.1.contains(s));
+            .any(|s| self.1.contains(s))
+            || ["auth", "acl"].contains(&self.1);
         match self.0 {
             Value::String(_, s) if secret && !s.is_empty() => f.write_str("\"<redacted>\""),
             Value::String(_, s) => write!(f, "{:?}", redact_url(s)),
@@ -226,10 +228,15 @@ mod tests {
         s.set("mysql", "password", "hunter3");
         s.set("redis", "url", "redis://:hunter4@r:6379");
         s.set("zk", "auth", "leaf:hunter5");
+        s.set("server", "client_auth", "required");
         let d = format!("{s:?}");
         for secret in ["hunter2", "hunter3", "hunter4", "hunter5"] {
             assert!(!d.contains(secret), "{d}");
         }
+        assert!(
+            d.contains("\"required\""),
+            "a TLS mode is not a secret: {d}"
+        );
         assert!(d.contains("mysql://leaf:<redacted>@db/leaf"), "{d}");
     }
 }
