@@ -19,6 +19,7 @@ mod conformance;
 mod disk;
 mod housekeeping;
 mod image;
+mod monitoring;
 mod python;
 mod testbed;
 // The variables' names, shared with leaf-testkit's provisioning: one file, no dependency.
@@ -36,8 +37,9 @@ fn usage() -> String {
         "usage: cargo xtask <command>
 
 commands:
-  ci              fmt --check, clippy --all-features -D warnings, conformance, then every other test,
-                  then the Python client's test of the gRPC API
+  ci              fmt --check, clippy --all-features -D warnings, the monitoring rules, conformance,
+                  then every other test, then the Python client's test of the gRPC API, and a
+                  check that the run left no Docker object behind
   bench [--quick] run the criterion benchmarks and print the summary table
   bench [--quick] --stores {stores}
                   the segment stores' allocation benchmark, one after the other, on
@@ -52,6 +54,7 @@ commands:
                   with --tls: HTTPS and gRPC over TLS beside plaintext, and the handshake's cost
   conformance [--backend NAME]
                   run the backend crates' tests on provisioned servers ({all}, cluster)
+  monitoring      promtool check and test of deploy/monitoring's alert rules, and its dashboard
   python          the Python client's test of the gRPC API against the leaf-server binary, in a
                   virtual environment of clients/python/requirements.txt (made when missing)
   testbed [--force] [BACKEND...]
@@ -81,6 +84,7 @@ fn run() -> Result<()> {
         Some("testbed") => testbed::run(&root, &args[1..]),
         Some("image") => image::run(&root, &args[1..]),
         Some("python") => python::run(&root),
+        Some("monitoring") => monitoring::run(&root),
         Some("-h" | "--help" | "help") => {
             println!("{}", usage());
             Ok(())
@@ -115,6 +119,7 @@ fn ci(root: &Path) -> Result<()> {
         ],
     )?;
     pure_formatting(root)?;
+    monitoring::run(root)?;
     // The backend crates run on provisioned real servers; the other tests need none, except
     // `leaf-testkit`'s provisioning tests (built whenever a crate's tests enable `provision`),
     // which get the same servers.

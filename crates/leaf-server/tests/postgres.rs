@@ -123,6 +123,14 @@ async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
         a.wait_for("/readyz", Duration::from_secs(60));
         let mut b = spawn(db_dir.path(), 2, &url, pb, &[]);
         b.wait_for("/readyz", Duration::from_secs(60));
+        // The row's copy of the mark, which deploy/monitoring's LeafMarkLagging watches
+        // (tests/blackbox/monitoring.rs counts on this scrape).
+        let scrape = common::http(a.port, "GET", "/metrics").unwrap().body;
+        assert!(
+            scrape.contains("# TYPE leaf_snowflake_registry_mark_lag_seconds gauge")
+                && scrape.contains("\nleaf_snowflake_registry_mark_lag_seconds "),
+            "{scrape}"
+        );
         let workers = (nodes::worker_id(&a), nodes::worker_id(&b));
         nodes::two_servers_share_segments_with_distinct_worker_ids(a, b, TAG);
         workers

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 #[allow(dead_code, reason = "each test binary uses a part")]
 pub(crate) mod certs;
+#[allow(dead_code, reason = "each test binary uses a part")]
+pub(crate) mod monitoring;
 pub(crate) mod nodes;
 pub(crate) mod router;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
