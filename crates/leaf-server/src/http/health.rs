@@ -100,6 +100,22 @@ pub(super) async fn metrics(_: MetricsAccess, State(state): State<AppState>) -> 
                 t.remaining as f64,
             );
         }
+        // How close a tag's counter is to its end (i64::MAX: 503 code -5 there).
+        out.family(
+            "leaf_segment_max_id",
+            "The end (exclusive) of the last segment a loaded tag holds",
+            "gauge",
+        );
+        for t in snaps.iter().filter(|t| t.initialized) {
+            let max = t.buffers.iter().flatten().map(|b| b.max).max();
+            if let Some(max) = max {
+                out.sample(
+                    "leaf_segment_max_id",
+                    &[("tag", t.tag.as_str())],
+                    max as f64,
+                );
+            }
+        }
         out.family(
             "leaf_segment_loads_total",
             "Segment loads, by tag and result",
