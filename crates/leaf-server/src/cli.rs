@@ -4,6 +4,18 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+/// What `--version` prints: `leaf-server 0.1.0 (git 0123456789ab; backends: sqlite, local)`,
+/// the git revision the binary was built from (`unknown` outside a checkout) and the cargo
+/// features of the backends it has.
+pub fn version_text() -> String {
+    format!(
+        "leaf-server {} (git {}; backends: {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("LEAF_SERVER_GIT_REVISION"),
+        crate::compose::backends::built_in().join(", ")
+    )
+}
+
 /// What the command line asks for.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Args {
@@ -41,7 +53,7 @@ options:
   --config PATH    read this TOML file (default: leaf.toml in the working directory, if any)
   --check-config   load and validate the configuration, then exit
   --help           print this text
-  --version        print the version
+  --version        print the version, the git revision and the backends built in
 
 probe: asks the running server's /healthz (with --ready, /readyz) and exits 0 when it answers
 200, 1 otherwise; for container health checks, with no shell tools needed. The server is

@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if args.version {
-        println!("leaf-server {}", env!("CARGO_PKG_VERSION"));
+        println!("{}", leaf_server::cli::version_text());
         return ExitCode::SUCCESS;
     }
     if let Some(probe) = &args.probe {

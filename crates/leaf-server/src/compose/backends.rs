@@ -70,6 +70,15 @@ pub(crate) const BACKENDS: &[Entry] = &[
     backend!("redis", store = "redis", mode = "redis", table = "redis", leaf_registry_redis::Redis),
 ];
 
+/// The cargo features of the backends this build has, in [`BACKENDS`]' order.
+pub(crate) fn built_in() -> Vec<&'static str> {
+    BACKENDS
+        .iter()
+        .filter(|b| b.imp.is_some())
+        .map(|b| b.feature)
+        .collect()
+}
+
 /// What chooses a backend: `segment.store` or `snowflake.mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Role {

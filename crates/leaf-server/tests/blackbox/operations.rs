@@ -245,3 +245,43 @@ fn over_a_socket_rebound_names_heads_and_caches_are_kept_out() {
     let (ok, text) = probe(dir.path(), port, &[]);
     assert!(ok, "{text}");
 }
+
+/// `--version` names the version, the git revision the binary was built from (the checkout's
+/// HEAD when built in one) and the backends compiled in.
+#[test]
+fn the_version_names_the_revision_and_the_backends() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leaf-server"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let prefix = format!("leaf-server {} (git ", env!("CARGO_PKG_VERSION"));
+    let rest = text
+        .trim()
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{text}"));
+    let (revision, backends) = rest
+        .split_once("; backends: ")
+        .unwrap_or_else(|| panic!("{text}"));
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    match head {
+        Some(head) => assert_eq!(revision, head, "{text}"),
+        None => assert_eq!(revision, "unknown", "{text}"),
+    }
+    let backends: Vec<&str> = backends.trim_end_matches(')').split(", ").collect();
+    for default in ["sqlite", "local"] {
+        assert!(backends.contains(&default), "{text}");
+    }
+    assert_eq!(
+        backends.contains(&"mysql"),
+        cfg!(feature = "mysql"),
+        "{text}"
+    );
+}
