@@ -300,7 +300,11 @@ async fn the_readmes_postgresql_section_runs_as_written() {
     let (db, root) = database().await;
     let (text, sql) = readme_postgres("sql");
     let (_, tomls) = readme_postgres("toml");
-    assert_eq!((sql.len(), tomls.len()), (1, 1));
+    // The second of each is the secured recipe (TLS only, a client certificate), which
+    // leaf-registry-postgres's tests/secured.rs runs on a TLS-only server.
+    assert_eq!((sql.len(), tomls.len()), (2, 2));
+    assert!(sql[1].contains("OWNER leaf"), "{}", sql[1]);
+    assert!(tomls[1].contains("verify-full"), "{}", tomls[1]);
     let suffix = format!("{:010x}", fastrand::u64(..) >> 24);
     let (role, database, password) = (
         format!("ltreadme{suffix}"),

@@ -72,11 +72,14 @@ fn readme_user(role: &str) -> User {
 async fn the_readmes_mysql_section_runs_from_an_empty_database_to_two_nodes() {
     let (db, root) = database().await;
     let sql = readme_blocks("## Running on MySQL", "sql");
+    // The fourth is the secured recipe's user (`REQUIRE X509`), which leaf-registry-mysql's
+    // tests/secured.rs runs on a TLS-only server.
     assert_eq!(
         sql.len(),
-        3,
-        "a grant with CREATE, the DBA's DDL, the INSERT"
+        4,
+        "a grant with CREATE, the DBA's DDL, the INSERT, the secured recipe's user"
     );
+    assert!(sql[3].contains("REQUIRE X509"), "{}", sql[3]);
     let user = readme_user("a");
     for s in statements(&sql[0], &db, &user) {
         exec(&root, s).await;
