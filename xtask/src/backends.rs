@@ -19,8 +19,9 @@ pub(crate) struct BackendRow {
     pub(crate) name: &'static str,
     /// The test runs on its servers, each a crate with features and a test target: the backend
     /// crate's tests (the conformance suite and its own), and the server's or client's tests on
-    /// the same server. A run without features is left out of `ci`'s workspace tests, which
-    /// would repeat it; a run with some still gets its default-feature run there.
+    /// the same server. `ci` builds them all at once with every feature and runs each crate's,
+    /// or each named target's, executables as this backend's group; a whole crate with features
+    /// (leaf-server) runs once, in a group of its own, on every backend (`testbins.rs`).
     pub(crate) runs: &'static [Run],
     /// Its server, if it has one.
     pub(crate) server: Option<Server>,

@@ -71,19 +71,6 @@ fn declares_feature(text: &str, feature: &str) -> bool {
     false
 }
 
-/// The backend crates present in the workspace whose whole test run is the conformance run
-/// (those run without extra features), each once.
-pub(crate) fn packages(root: &Path) -> Vec<&'static str> {
-    let _ = root;
-    let mut packages: Vec<&'static str> = steps()
-        .iter()
-        .filter(|b| b.run.features.is_none())
-        .map(|b| b.run.package)
-        .collect();
-    packages.dedup();
-    packages
-}
-
 /// `cargo xtask conformance [--backend NAME]...`.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     run_and_keep_env(root, args).map(drop)
@@ -200,7 +187,7 @@ pub(crate) fn server_env(root: &Path, selected: &[&Step]) -> Result<Vec<(String,
                 done.push(name);
             }
         }
-        server_image(root, &mut env)?;
+        server_image(root, &mut env, None)?;
     }
     for b in selected.iter().filter(|b| needs_server(b)) {
         // Several crates test on one kind of server (the backend crate and the server).
@@ -219,6 +206,14 @@ pub(crate) fn server_env(root: &Path, selected: &[&Step]) -> Result<Vec<(String,
 pub(crate) fn server_env_for(root: &Path, names: &[&str]) -> Result<Vec<(String, String)>> {
     let steps = steps();
     let selected: Vec<&Step> = steps.iter().filter(|b| names.contains(&b.name)).collect();
+    server_env(root, &selected)
+}
+
+/// [`server_env`] for every backend with a server, the cluster's own image left out: `cargo
+/// xtask ci` builds that from its test build's server binary.
+pub(crate) fn server_env_for_ci(root: &Path) -> Result<Vec<(String, String)>> {
+    let steps = steps();
+    let selected: Vec<&Step> = steps.iter().filter(|b| b.name != "cluster").collect();
     server_env(root, &selected)
 }
 
@@ -264,8 +259,13 @@ fn testbed_image(
 }
 
 /// The leaf-server image of the cluster test: `LEAFTEST_SERVER_IMAGE` if set, else
-/// `leaf-server:local` built now by `cargo xtask image`, so that it carries this source.
-fn server_image(root: &Path, env: &mut Vec<(String, String)>) -> Result<()> {
+/// `leaf-server:local` built now, so that it carries this source: around `binary` if given
+/// (`cargo xtask ci`'s test build), else by `cargo xtask image`.
+pub(crate) fn server_image(
+    root: &Path,
+    env: &mut Vec<(String, String)>,
+    binary: Option<&Path>,
+) -> Result<()> {
     const VAR: &str = backends::SERVER_IMAGE_VAR;
     if let Ok(image) = std::env::var(VAR)
         && !image.is_empty()
@@ -281,9 +281,23 @@ fn server_image(root: &Path, env: &mut Vec<(String, String)>) -> Result<()> {
             crate::image::IMAGE
         );
     }
-    crate::image::run(root, &[])?;
-    if crate::disk::pruning() {
-        crate::disk::prune_release(root);
+    match binary {
+        Some(binary) => {
+            let started = Instant::now();
+            crate::image::from_binary(root, binary, crate::image::IMAGE)?;
+            eprintln!(
+                "xtask: == image {} around {}: ok in {:.1} s",
+                crate::image::IMAGE,
+                binary.display(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        None => {
+            crate::image::run(root, &[])?;
+            if crate::disk::pruning() {
+                crate::disk::prune_release(root);
+            }
+        }
     }
     env.push((VAR.to_string(), crate::image::IMAGE.to_string()));
     Ok(())

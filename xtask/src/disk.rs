@@ -1,9 +1,10 @@
-//! The disk a run takes. `cargo xtask ci` builds the server with every backend's feature set,
-//! a release binary for the image and the test binaries of every step: tens of gigabytes in
-//! one target directory, which filled a CI machine once. Each step's log line says what is
-//! left, and with `LEAFTEST_CI_PRUNE=1` (which `.ci/run` sets) what no later step reads is
-//! removed as soon as its step is over: a test step's linked executables (a later step with
-//! other features links its own) and, once the image holds it, the release build.
+//! The disk a run takes. `cargo xtask ci` builds every test executable of the workspace at
+//! once (`testbins.rs`); `cargo xtask conformance` builds the server with each backend's feature
+//! set and a release binary for the cluster's image: gigabytes in one target directory, which
+//! filled a CI machine once. Each step's log line says what is left, and with
+//! `LEAFTEST_CI_PRUNE=1` (which `.ci/run` sets) what no later step reads is removed as soon as
+//! it has run: a test executable, a `cargo test` step's linked executables, and, once the image
+//! holds it, the release build.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

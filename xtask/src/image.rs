@@ -78,6 +78,18 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         ],
     )?;
     let binary = root.join("target/release/leaf-server");
+    from_binary(root, &binary, &tag)?;
+    eprintln!(
+        "xtask image: == {tag} (features {features}) built in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    println!("xtask image: built {tag}; run it with: docker run --rm -p 8080:8080 {tag}");
+    Ok(())
+}
+
+/// The image `tag` around the leaf-server `binary` (`cargo xtask ci`'s cluster test takes the
+/// debug binary of every feature its test build made, rather than a release build).
+pub(crate) fn from_binary(root: &Path, binary: &Path, tag: &str) -> Result<()> {
     let rootfs = debian_root(root, "leaf-server", &[])?;
     chroot_run(
         &rootfs,
@@ -113,16 +125,16 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         }
     }
     let target = rootfs.join("usr/local/bin/leaf-server");
-    fs::copy(&binary, &target).with_context(|| format!("cannot copy {}", binary.display()))?;
+    fs::copy(binary, &target).with_context(|| format!("cannot copy {}", binary.display()))?;
     fs::set_permissions(&target, fs::Permissions::from_mode(0o755))?;
     let imported: Vec<String> = IMPORT_CHANGES.iter().map(|c| c.to_string()).collect();
-    import(&rootfs, &tag, &imported)?;
+    import(&rootfs, tag, &imported)?;
     let dockerfile = format!("FROM {tag}\n{}\n", BUILD_CHANGES.join("\n"));
     let context = root.join("target/testbed/leaf-server-context");
     fs::create_dir_all(&context)?;
     fs::write(context.join("Dockerfile"), dockerfile)?;
     let status = Command::new("docker")
-        .args(["build", "--quiet", "--tag", &tag])
+        .args(["build", "--quiet", "--tag", tag])
         .arg(&context)
         .stdout(Stdio::null())
         .status()
@@ -130,11 +142,6 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     if !status.success() {
         bail!("docker build of the health check and stop signal on {tag} failed ({status})");
     }
-    eprintln!(
-        "xtask image: == {tag} (features {features}) built in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
-    println!("xtask image: built {tag}; run it with: docker run --rm -p 8080:8080 {tag}");
     Ok(())
 }
 

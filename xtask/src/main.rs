@@ -22,6 +22,7 @@ mod image;
 mod monitoring;
 mod python;
 mod testbed;
+mod testbins;
 // The variables' names, shared with leaf-testkit's provisioning: one file, no dependency.
 #[path = "../../crates/leaf-testkit/src/vars.rs"]
 #[allow(dead_code, unreachable_pub)]
@@ -120,19 +121,29 @@ fn ci(root: &Path) -> Result<()> {
     )?;
     pure_formatting(root)?;
     monitoring::run(root)?;
-    // The backend crates run on provisioned real servers; the other tests need none, except
-    // `leaf-testkit`'s provisioning tests (built whenever a crate's tests enable `provision`),
-    // which get the same servers.
-    let env = conformance::run_and_keep_env(root, &[])?;
-    // Every test binary runs even after one fails, so that one run shows every failure.
-    let mut args = vec!["test", "--workspace", "--all-targets", "--no-fail-fast"];
-    for package in conformance::packages(root) {
-        args.extend(["--exclude", package]);
-    }
-    cargo_with_env(root, "tests", &args, &env)?;
-    args[2] = "--doc";
-    cargo(root, "doc tests", &args)?;
-    python::run(root)?;
+    // Every test executable is built once, with every feature, and run in groups on the
+    // provisioned servers (testbins.rs says why); the cluster's image takes the debug server
+    // binary of that build rather than a release build of its own.
+    let mut env = conformance::server_env_for_ci(root)?;
+    let build = testbins::build(root)?;
+    conformance::server_image(root, &mut env, Some(&build.server))?;
+    let tests = testbins::run(root, &build, &env);
+    // The doc tests read the libraries of the same build (same features, same packages).
+    let docs = cargo_with_env(
+        root,
+        "doc tests",
+        &[
+            "test",
+            "--workspace",
+            "--doc",
+            "--all-features",
+            "--no-fail-fast",
+        ],
+        &env,
+    );
+    tests?;
+    docs?;
+    python::run_with(root, &build.server)?;
     housekeeping::check_nothing_left(&before)?;
     println!("xtask ci: all steps passed");
     Ok(())

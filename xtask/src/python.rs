@@ -17,16 +17,21 @@ use anyhow::{Context, Result, bail};
 const REQUIREMENTS: &str = "clients/python/requirements.txt";
 
 pub(crate) fn run(root: &Path) -> Result<()> {
-    let venv = crate::bench::target_dir(root).join("leaf-grpc-venv");
-    let python = ensure_venv(root, &venv)?;
     crate::cargo(root, "build leaf-server", &["build", "-p", "leaf-server"])?;
     let binary = crate::bench::target_dir(root).join("debug/leaf-server");
+    run_with(root, &binary)
+}
+
+/// The test against `binary` (`cargo xtask ci`'s, built with its tests).
+pub(crate) fn run_with(root: &Path, binary: &Path) -> Result<()> {
+    let venv = crate::bench::target_dir(root).join("leaf-grpc-venv");
+    let python = ensure_venv(root, &venv)?;
     eprintln!("xtask: == python client: {} -m unittest", python.display());
     let started = Instant::now();
     let status = Command::new(&python)
         .args(["-m", "unittest", "-v", "test_leaf_grpc"])
         .current_dir(root.join("clients/python"))
-        .env("LEAFTEST_SERVER_BIN", &binary)
+        .env("LEAFTEST_SERVER_BIN", binary)
         .status()
         .with_context(|| format!("cannot run {}", python.display()))?;
     eprintln!(
