@@ -8,6 +8,7 @@ mod definition;
 mod issue;
 mod listing;
 mod periods;
+pub mod raise;
 mod requests;
 mod tags;
 

@@ -46,6 +46,29 @@ leaf_testkit::store_conformance!(
     multi_process = true,
 );
 
+/// A restore of the rows from an older copy, in SQL on the database file as a restored backup
+/// holds them.
+#[async_trait]
+impl leaf_testkit::period_cases::RestoreFixture for SqliteFixture {
+    async fn restore(&self, copy: &[leaf_core::TagRecord]) {
+        use sqlx::Connection;
+        let path = self.dir.path().join("db/leaf.db");
+        let mut raw = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .expect("a raw SQLite connection");
+        for row in copy {
+            sqlx::query("UPDATE leaf_alloc SET max_id = ?, step = ? WHERE biz_tag = ?")
+                .bind(row.max_id)
+                .bind(row.step)
+                .bind(row.tag.as_str())
+                .execute(&mut raw)
+                .await
+                .expect("write the row back");
+        }
+        raw.close().await.expect("close");
+    }
+}
+
 leaf_testkit::period_conformance!(sqlite_periods, async { SqliteFixture::new().await });
 
 /// An in-memory SQLite database: one process, gone with the pool.

@@ -20,4 +20,4 @@ pub use http::{app, peer_clock};
 pub use node::error::ApiError;
 pub use node::state::{AppState, SegmentService, SnowflakeService};
 pub use node::tokens::{TokenSet, TokenSets};
-pub use node::{metrics, server};
+pub use node::{metrics, server, store_raise};

@@ -1,5 +1,6 @@
 //! The `leaf-server` binary: reads the configuration, sets up logging, serves until SIGINT or
-//! SIGTERM; or, as `leaf-server probe`, asks a running server whether it is healthy.
+//! SIGTERM; or, as `leaf-server probe`, asks a running server whether it is healthy; or, as
+//! `leaf-server store raise`, raises the segment store's counters after a restore.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -30,6 +31,9 @@ fn main() -> ExitCode {
         Ok(l) => l,
         Err(code) => return code,
     };
+    if let Some(raise) = &args.raise {
+        return run_store_raise(&loaded.config, raise);
+    }
     if args.check_config {
         for w in &loaded.warnings {
             eprintln!("leaf-server: warning: {w}");
@@ -41,21 +45,40 @@ fn main() -> ExitCode {
         eprintln!("leaf-server: {e:#}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime(tokio::runtime::Builder::new_multi_thread()) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("leaf-server: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(server::run(loaded)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("start-up failed: {e:#}");
             eprintln!("leaf-server: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The runtime of `builder` with every driver, or the exit code of one that cannot start.
+fn runtime(mut builder: tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("leaf-server: cannot start the runtime: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+/// `leaf-server store raise`: 0 when every planned row was raised (or, with `--dry-run`,
+/// planned), 1 otherwise, with the reason.
+fn run_store_raise(config: &config::Config, raise: &leaf_server::cli::Raise) -> ExitCode {
+    let runtime = match runtime(tokio::runtime::Builder::new_current_thread()) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let mut out = std::io::stdout().lock();
+    match runtime.block_on(leaf_server::store_raise::run(config, raise, &mut out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("leaf-server store raise: {e:#}");
             ExitCode::FAILURE
         }
     }

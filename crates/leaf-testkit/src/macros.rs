@@ -66,8 +66,11 @@ macro_rules! store_conformance {
 
 /// Generates `mod $name` with one `#[tokio::test]` per business-tag case
 /// ([`period_cases`](crate::period_cases), feature `business`), for a future yielding a
-/// [`StoreFixture`](crate::StoreFixture) as in [`store_conformance!`]. Every store runs them:
-/// business tags use nothing but the `SegmentStore` calls every store has.
+/// [`RestoreFixture`](crate::period_cases::RestoreFixture) (a
+/// [`StoreFixture`](crate::StoreFixture) as in [`store_conformance!`] that can also write an
+/// older copy of its rows back, for the case of `leaf-server store raise` after a restore).
+/// Every store runs them: business tags use nothing but the `SegmentStore` calls every store
+/// has.
 #[macro_export]
 macro_rules! period_conformance {
     ($name:ident, $fixture:expr $(,)?) => {
@@ -84,6 +87,7 @@ macro_rules! period_conformance {
                 base36_and_base62_ids_round_trip,
                 reserved_names_and_definitions,
                 sixty_nodes_preloading_a_day_reserve_at_most_a_tenth_of_it,
+                a_raise_after_a_restore_from_an_older_copy_repeats_no_id,
             );
         }
     };

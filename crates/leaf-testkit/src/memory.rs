@@ -55,6 +55,11 @@ impl MemoryStore {
         s
     }
 
+    /// Writes `record` as it is, over any row of its tag: a test's restore of an older copy.
+    pub fn put(&self, record: TagRecord) {
+        self.rows.lock().unwrap().insert(record.tag.clone(), record);
+    }
+
     /// Makes every call fail (`true`) or work again (`false`).
     pub fn fail(&self, on: bool) {
         self.failing.store(on, Ordering::SeqCst);

@@ -499,3 +499,127 @@ pub async fn sixty_nodes_preloading_a_day_reserve_at_most_a_tenth_of_it(
     let row = store.get(&tomorrow).await.expect("get").expect("the row");
     assert_eq!(row.step, 9_999, "the row's capped step");
 }
+
+/// A restore from an older copy, then `leaf-server store raise`'s plan and apply
+/// ([`leaf_business::raise`]) over the store: a plain tag and a daily business tag hand out IDs,
+/// the rows are copied, more IDs are handed out, the copy is written back
+/// ([`RestoreFixture::restore`]) and raised; new nodes then hand out no ID handed out before,
+/// the business tag's claim and definition are as they were, and its day row stays within the
+/// format's width.
+pub async fn a_raise_after_a_restore_from_an_older_copy_repeats_no_id(
+    fixture: &dyn RestoreFixture,
+) {
+    use leaf_business::raise;
+
+    let store = fixture.store().await;
+    let ns = namespace();
+    let plain = base(&ns, "plain");
+    let mut new = NewTag::new(plain.clone());
+    new.step = 100;
+    store.create(&new).await.expect("create the plain tag");
+    let clock = ManualClock::new(DECEMBER_MS + 3_600_000);
+    let order = base(&ns, "order");
+    let before = node(Arc::clone(&store), &clock);
+    before
+        .create(
+            &order,
+            1000,
+            props(Some(Reset::Day), "UTC", 1, "O{date:%Y%m%d}{seq:06}"),
+        )
+        .await
+        .expect("create the business tag");
+
+    let mut plain_ids = HashSet::new();
+    let mut order_ids: HashSet<String> = HashSet::new();
+    plain_ids.extend(
+        store
+            .allocate(&plain, None)
+            .await
+            .expect("allocate")
+            .range(),
+    );
+    order_ids.extend(take(&before, &order, 150).await);
+    // The rows of this case, without the update time a restore and a raise rewrite.
+    let ours = |rows: Vec<leaf_core::TagRecord>| -> Vec<leaf_core::TagRecord> {
+        rows.into_iter()
+            .filter(|r| r.tag.as_str().starts_with(&ns))
+            .map(|r| leaf_core::TagRecord {
+                updated_at_ms: None,
+                ..r
+            })
+            .collect()
+    };
+    let copy = ours(store.list().await.expect("list"));
+    assert_eq!(copy.len(), 4, "plain, claim, definition, day: {copy:?}");
+
+    // Handed out after the copy: a restore sets the store back before these.
+    for _ in 0..3 {
+        plain_ids.extend(
+            store
+                .allocate(&plain, None)
+                .await
+                .expect("allocate")
+                .range(),
+        );
+    }
+    order_ids.extend(take(&before, &order, 400).await);
+    assert_ne!(
+        ours(store.list().await.expect("list")),
+        copy,
+        "nothing moved"
+    );
+    fixture.restore(&copy).await;
+    let restored = ours(store.list().await.expect("list after the restore"));
+    assert_eq!(restored, copy, "the restore did not set the rows back");
+
+    // Raised by more than was handed out since the copy: 300 plain IDs; of the day, one
+    // node's loads (a tenth of the row's step of 1,000, doubling up to it) of 550 IDs and a
+    // preload ahead: less than 5,000.
+    let plan = raise::plan(&restored, 10_000, 5_000).expect("plan");
+    let applied = raise::apply(store.as_ref(), &plan).await;
+    assert!(applied.failed.is_none(), "{:?}", applied.failed);
+    assert_eq!(applied.done.len(), 2, "the plain tag and the day: {plan:?}");
+    let after = ours(store.list().await.expect("list after the raise"));
+    for (was, now) in copy.iter().zip(&after) {
+        assert_eq!(was.tag, now.tag);
+        let planned = plan.iter().find(|p| p.tag == was.tag).expect("planned");
+        match planned.change {
+            raise::Change::Keep(_) => assert_eq!(now, was, "{} must be left alone", was.tag),
+            raise::Change::Raise { to, .. } => assert_eq!(now.max_id, to, "{}", was.tag),
+        }
+    }
+    let day = after
+        .iter()
+        .find(|r| r.tag.as_str() == format!("{order}@20261201"))
+        .expect("the day's row");
+    assert!(day.max_id <= 999_999, "past the width: {day:?}");
+
+    // New nodes (no segment held from before) hand out IDs again: none was handed out before.
+    let fresh = node(Arc::clone(&store), &clock);
+    for _ in 0..3 {
+        let a = store.allocate(&plain, None).await.expect("allocate");
+        for id in a.range() {
+            assert!(!plain_ids.contains(&id), "plain ID {id} handed out twice");
+        }
+    }
+    for id in take(&fresh, &order, 300).await {
+        assert!(!order_ids.contains(&id), "{id} handed out twice");
+    }
+}
+
+/// A store whose rows a test can set back to an older copy's, as a restore of a backup does.
+#[async_trait::async_trait]
+pub trait RestoreFixture: StoreFixture {
+    /// Writes each row of `copy` back into the store as the copy holds it (its `max_id` and
+    /// step), by the backend's own means (SQL, the key-value API), not the trait's.
+    async fn restore(&self, copy: &[leaf_core::TagRecord]);
+}
+
+#[async_trait::async_trait]
+impl RestoreFixture for crate::MemoryFixture {
+    async fn restore(&self, copy: &[leaf_core::TagRecord]) {
+        for row in copy {
+            self.0.put(row.clone());
+        }
+    }
+}

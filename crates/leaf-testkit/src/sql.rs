@@ -349,6 +349,24 @@ impl<B: SqlBackend> StoreFixture for SqlFix<B> {
     }
 }
 
+/// A restore of `leaf_alloc`'s rows from an older copy, in SQL as a restored dump would write
+/// them.
+#[cfg(feature = "business")]
+#[async_trait]
+impl<B: SqlBackend> crate::period_cases::RestoreFixture for SqlFix<B> {
+    async fn restore(&self, copy: &[leaf_core::TagRecord]) {
+        for row in copy {
+            let sql = format!(
+                "UPDATE leaf_alloc SET max_id = {}, step = {} WHERE biz_tag = '{}'",
+                row.max_id,
+                row.step,
+                row.tag.as_str().replace('\'', "''")
+            );
+            self.db.exec(&sql).await;
+        }
+    }
+}
+
 #[async_trait]
 impl<B: SqlBackend> RegistryFixture for SqlFix<B> {
     async fn node(&self) -> Arc<dyn WorkerIdRegistry> {

@@ -91,6 +91,28 @@ impl EtcdFix {
     }
 }
 
+/// A restore of the segment rows from an older copy, written straight into etcd as a restored
+/// snapshot holds them: `{prefix}/{name}/segments/{tag}`, a JSON row.
+#[async_trait]
+impl leaf_testkit::period_cases::RestoreFixture for EtcdFix {
+    async fn restore(&self, copy: &[leaf_core::TagRecord]) {
+        let mut raw = etcd_client::Client::connect(&self.config.endpoints, None)
+            .await
+            .expect("a raw etcd client");
+        for row in copy {
+            let key = format!("{}/{NAME}/segments/{}", self.config.prefix, row.tag);
+            let value = serde_json::json!({
+                "max_id": row.max_id,
+                "step": row.step,
+                "description": row.description,
+            });
+            raw.put(key, value.to_string(), None)
+                .await
+                .expect("write the row back");
+        }
+    }
+}
+
 #[async_trait]
 impl RegistryFixture for EtcdFix {
     async fn node(&self) -> Arc<dyn WorkerIdRegistry> {

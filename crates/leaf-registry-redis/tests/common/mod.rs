@@ -76,6 +76,31 @@ impl StoreFixture for StoreFix {
     }
 }
 
+/// A restore of the tag hashes from an older copy, written straight into Redis as a restored
+/// dump holds them: `{prefix}:tag:{tag}`'s `max_id` and `step`.
+#[async_trait]
+impl leaf_testkit::period_cases::RestoreFixture for StoreFix {
+    async fn restore(&self, copy: &[leaf_core::TagRecord]) {
+        let mut raw = redis::Client::open(self.config.url.as_str())
+            .expect("a Redis URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a raw Redis connection");
+        for row in copy {
+            let key = format!("{}:tag:{}", self.config.key_prefix, row.tag);
+            let _: () = redis::cmd("HSET")
+                .arg(&key)
+                .arg("max_id")
+                .arg(row.max_id)
+                .arg("step")
+                .arg(row.step)
+                .query_async(&mut raw)
+                .await
+                .expect("write the row back");
+        }
+    }
+}
+
 /// One registry test's namespace, and nodes (registries) in it.
 pub struct RegFix {
     pub config: RedisConfig,

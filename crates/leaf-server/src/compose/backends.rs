@@ -292,6 +292,16 @@ pub(crate) async fn segment_store(config: &Config) -> Result<Arc<dyn SegmentStor
     }
 }
 
+/// The segment store named by `segment.store`, opened now: an error, never a deferred store,
+/// when it cannot be (`leaf-server store raise`, which must not wait).
+pub(crate) async fn segment_store_now(config: &Config) -> Result<Arc<dyn SegmentStore>> {
+    let (store, typed) = store_config(config)?;
+    let imp = store.imp().expect("a chosen store is compiled in");
+    imp.open_store(typed, config.name.clone())
+        .await
+        .map_err(|e| alias_named(keyed(&store, e), &config.segment, &store))
+}
+
 /// The worker-id registry named by `snowflake.mode`.
 #[cfg(test)]
 pub(crate) async fn worker_registry(config: &Config) -> Result<Arc<dyn WorkerIdRegistry>> {

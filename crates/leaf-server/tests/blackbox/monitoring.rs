@@ -11,7 +11,7 @@ use leaf_server::grpc::pb::NextSnowflakeIdsRequest;
 use leaf_server::grpc::pb::snowflake_client::SnowflakeClient;
 
 use super::common::monitoring::assert_scrape_has_named_metrics;
-use super::common::{Server, free_port, http, http_with};
+use super::common::{self, Server, free_port, http};
 
 /// Metrics the default node does not expose, and the test file whose scrape checks each.
 const ELSEWHERE: &[(&str, &str)] = &[
@@ -54,14 +54,7 @@ async fn every_metric_the_rules_and_the_dashboard_name_is_in_the_scrape() {
         }
         // A business tag whose one-digit counter runs out after 9 IDs a day: 503 code -6.
         let body = r#"{"tag":"narrow","format":"N{date:%Y%m%d}{seq:01}","reset":"day"}"#;
-        let created = http_with(
-            port,
-            "POST",
-            "/v1/tags",
-            &["Content-Type: application/json"],
-            body,
-        )
-        .unwrap();
+        let created = common::post_json(port, "/v1/tags", body);
         assert_eq!(created.status, 201, "{}", created.body);
         let mut overflowed = false;
         for _ in 0..12 {

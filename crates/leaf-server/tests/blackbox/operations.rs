@@ -1,4 +1,4 @@
-//! The binary as its peers and operators meet it: the time route and the peer clock check, the probe subcommand, a StatefulSet's ordinal, and what a rebound host name is answered.
+//! The binary as its peers and operators meet it: the time route and the peer clock check, the probe subcommand, `store raise` after a restore, a StatefulSet's ordinal, and what a rebound host name is answered.
 
 use super::*;
 
@@ -283,5 +283,134 @@ fn the_version_names_the_revision_and_the_backends() {
         backends.contains(&"mysql"),
         cfg!(feature = "mysql"),
         "{text}"
+    );
+}
+
+/// The README's Backup and restore on the embedded default: IDs of a plain and a business
+/// tag, a copy of the SQLite file (the server stopped), more IDs, the copy put back, `store
+/// raise`; the next server repeats none of them, the business tag's claim and definition are
+/// left alone, and a raise the day's width cannot take is refused with nothing changed.
+#[test]
+fn a_sqlite_file_restored_from_an_older_copy_and_raised_repeats_no_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = dir.path().join("leaf-data");
+    let backup = dir.path().join("backup");
+    let start = |n: u32| {
+        let mut s = Server::spawn(dir.path(), port, n, &[] as &[(&str, &str)]);
+        s.wait_for("/readyz", Duration::from_secs(20));
+        s
+    };
+    let ids = |s: &Server, path: &str| -> Vec<String> {
+        let r = s.get(path);
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        let json = r.json();
+        let ids = json["ids"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}", r.body));
+        ids.iter().map(|v| v.to_string()).collect()
+    };
+    let take = |s: &Server, issued: &mut HashSet<String>| {
+        for path in [
+            "/v1/segment/leaf-segment-test?count=1500",
+            "/v1/segment/order?count=150",
+        ] {
+            for id in ids(s, path) {
+                assert!(issued.insert(id.clone()), "{id} issued twice");
+            }
+        }
+    };
+    let files = |from: &Path, to: &Path| {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(to).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            if path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("leaf.db")
+            {
+                std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+            }
+        }
+    };
+    let raise = |args: &[&str]| -> (bool, String) {
+        let out = command(dir.path(), port, &[] as &[(&str, &str)])
+            .args(["store", "raise"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+
+    let mut issued = HashSet::new();
+    let s = start(0);
+    let body = r#"{"tag":"order","format":"O{date:%Y%m%d}{seq:06}","reset":"day"}"#;
+    let created = common::post_json(port, "/v1/tags", body);
+    assert_eq!(created.status, 201, "{}", created.body);
+    take(&s, &mut issued);
+    assert!(s.sigterm().0.success());
+    files(&data, &backup);
+
+    let s = start(1);
+    take(&s, &mut issued);
+    take(&s, &mut issued);
+    assert!(s.sigterm().0.success());
+    files(&backup, &data);
+
+    // The copy is behind what was issued: unraised, it would hand those IDs out again.
+    let (ok, plan) = raise(&["--by", "100000", "--dry-run"]);
+    assert!(ok, "{plan}");
+    let restored: i64 = plan
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("leaf-segment-test  plain  max_id "))
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{plan}"));
+    let plain_max: i64 = issued
+        .iter()
+        .filter_map(|id| id.parse().ok())
+        .max()
+        .unwrap();
+    assert!(
+        restored <= plain_max,
+        "{restored} > {plain_max}: not an older copy"
+    );
+    assert!(plan.contains("order  claim of order  left alone"), "{plan}");
+    assert!(
+        plan.contains("order@  definition of order  left alone"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("dry run: 2 rows would be raised, 2 left alone"),
+        "{plan}"
+    );
+
+    // More than the day's six digits can print: refused by name, nothing changed.
+    let (ok, refused) = raise(&["--by", "100000", "--period-by", "1000000"]);
+    assert!(!ok, "{refused}");
+    assert!(refused.contains("nothing was changed"), "{refused}");
+    assert!(refused.contains("(period of order)"), "{refused}");
+    let (_, again) = raise(&["--by", "100000", "--dry-run"]);
+    assert_eq!(again, plan, "the refused raise changed the store");
+
+    let (ok, done) = raise(&["--by", "100000", "--period-by", "10000"]);
+    assert!(ok, "{done}");
+    assert!(done.contains("raised 2 rows, left 2 alone"), "{done}");
+
+    let s = start(2);
+    let mut after = HashSet::new();
+    take(&s, &mut after);
+    assert!(s.sigterm().0.success());
+    let repeated: Vec<&String> = after.intersection(&issued).collect();
+    assert!(
+        repeated.is_empty(),
+        "issued again after the raise: {repeated:?}"
     );
 }

@@ -205,6 +205,19 @@ pub(crate) fn http_with(
     parse_reply(&raw)
 }
 
+/// `POST path` with a JSON `body`.
+#[allow(dead_code, reason = "each test binary uses a part")]
+pub(crate) fn post_json(port: u16, path: &str, body: &str) -> Reply {
+    http_with(
+        port,
+        "POST",
+        path,
+        &["Content-Type: application/json"],
+        body,
+    )
+    .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+}
+
 /// An HTTP/1.1 answer read to its end: status, headers, body.
 pub(crate) fn parse_reply(raw: &[u8]) -> std::io::Result<Reply> {
     let text = String::from_utf8_lossy(raw).into_owned();

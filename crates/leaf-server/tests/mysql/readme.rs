@@ -67,7 +67,8 @@ fn readme_user(role: &str) -> User {
 
 /// An empty database, the README's first grant (the server creates the tables), its
 /// `leaf.toml` on two nodes, its `INSERT`: IDs from both nodes, distinct segments and worker
-/// ids; then the "Backup and restore" `UPDATE`, after which the next ID is past the margin.
+/// ids; then the "Backup and restore" commands (`store raise`, a dry run first), after which
+/// the next ID is past the margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readmes_mysql_section_runs_from_an_empty_database_to_two_nodes() {
     let (db, root) = database().await;
@@ -137,11 +138,52 @@ async fn the_readmes_mysql_section_runs_from_an_empty_database_to_two_nodes() {
     }
     assert_ne!(workers[0], workers[1]);
 
-    // Backup and restore: the UPDATE shown there moves every tag past the margin.
-    let restore = readme_blocks("## Backup and restore", "sql");
-    assert_eq!(restore.len(), 1);
-    for s in statements(&restore[0], &db, &user) {
-        exec(&root, s).await;
+    // Backup and restore: the commands shown there, on node 1's configuration, move every tag
+    // past the margin: the dry run changes nothing, the raise does.
+    let commands = readme_blocks("## Backup and restore", "sh");
+    assert_eq!(commands.len(), 1);
+    let commands: Vec<&str> = commands[0]
+        .lines()
+        .filter(|l| l.starts_with("leaf-server store raise"))
+        .collect();
+    assert_eq!(commands.len(), 2, "a dry run, then the raise: {commands:?}");
+    let max_id = || async {
+        sqlx::query_scalar::<_, i64>("SELECT max_id FROM leaf_alloc WHERE biz_tag = 'order'")
+            .fetch_one(&as_user)
+            .await
+            .unwrap()
+    };
+    for (command, expect_max_id, expect_line) in [
+        (
+            commands[0],
+            4001,
+            "dry run: 2 rows would be raised, 0 left alone",
+        ),
+        (commands[1], 10_004_001, "raised 2 rows, left 0 alone"),
+    ] {
+        let config = base.join("node1/leaf.toml");
+        let args: Vec<String> = command
+            .split_whitespace()
+            .skip(1)
+            .map(|a| a.replace("/etc/leaf/leaf.toml", &config.display().to_string()))
+            .collect();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_leaf-server"))
+            .args(&args)
+            .current_dir(base.join("node1"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{command}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("order  plain  max_id 4001 -> 10004001"),
+            "{text}"
+        );
+        assert!(text.contains(expect_line), "{text}");
+        assert_eq!(max_id().await, expect_max_id, "after {command}");
     }
     let next = tokio::task::spawn_blocking(move || {
         let toml = std::fs::read_to_string(base.join("node1/leaf.toml")).unwrap();
