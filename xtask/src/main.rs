@@ -105,27 +105,41 @@ fn workspace_root() -> PathBuf {
 fn ci(root: &Path) -> Result<()> {
     // What Docker holds before the run: at its end, nothing of the run's may be left.
     let before = housekeeping::Objects::now()?;
-    cargo(root, "format check", &["fmt", "--all", "--", "--check"])?;
-    cargo(
-        root,
-        "clippy",
-        &[
+    // The servers' test images (built from Debian packages where one is missing: minutes of
+    // downloads and unpacking, little CPU) are made while the compilers run.
+    let images = std::thread::spawn({
+        let root = root.to_path_buf();
+        move || conformance::server_env_for_ci(&root)
+    });
+    // A failed step still waits for the images: an image build cut off mid-way could leave
+    // its root's mounts behind.
+    let compiled = (|| -> Result<testbins::Build> {
+        cargo(root, "format check", &["fmt", "--all", "--", "--check"])?;
+        cargo(
+            root,
             "clippy",
-            "--workspace",
-            "--all-targets",
-            "--all-features",
-            "--",
-            "-D",
-            "warnings",
-        ],
-    )?;
-    pure_formatting(root)?;
-    monitoring::run(root)?;
-    // Every test executable is built once, with every feature, and run in groups on the
-    // provisioned servers (testbins.rs says why); the cluster's image takes the debug server
-    // binary of that build rather than a release build of its own.
-    let mut env = conformance::server_env_for_ci(root)?;
-    let build = testbins::build(root)?;
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        )?;
+        pure_formatting(root)?;
+        monitoring::run(root)?;
+        // Every test executable is built once, with every feature, and run in groups on the
+        // provisioned servers (testbins.rs says why); the cluster's image takes the debug server
+        // binary of that build rather than a release build of its own.
+        testbins::build(root)
+    })();
+    let images = images
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread building the test images panicked"))?;
+    let build = compiled?;
+    let mut env = images?;
     conformance::server_image(root, &mut env, Some(&build.server))?;
     let tests = testbins::run(root, &build, &env);
     // The doc tests read the libraries of the same build (same features, same packages).
