@@ -18,6 +18,6 @@ pub use compose::config;
 pub use config::Config;
 pub use http::{app, peer_clock};
 pub use node::error::ApiError;
-pub use node::state::{AppState, SegmentService, SnowflakeService};
+pub use node::state::{AppState, PeerSkew, SegmentService, SnowflakeService};
 pub use node::tokens::{TokenSet, TokenSets};
 pub use node::{metrics, server, store_raise};

@@ -1,7 +1,7 @@
 //! The server in the ZooKeeper modes on a real ZooKeeper (`leaf_testkit::provision`: the server
 //! of `LEAFTEST_ZK_URL`, else a container of `LEAFTEST_ZK_IMAGE`), each test under a root of
 //! its own: two processes get distinct worker ids and the second checks its clock against the
-//! first; a peer whose clock is an hour ahead keeps snowflake mode off while segment mode serves.
+//! first (and says what it found in `/metrics`); a peer whose clock is an hour ahead keeps snowflake mode off while segment mode serves.
 
 #![cfg(all(feature = "zk-normal", feature = "zk-recycle"))]
 
@@ -54,11 +54,37 @@ async fn two_servers_get_distinct_worker_ids_and_the_second_checks_its_clock_wit
             lb.contains("the clock agrees with the running peers'"),
             "{mode}: the second server asks the first:\n{lb}"
         );
+        // What the comparison found, for the skew alert: the second compared one peer within
+        // a second, the first none (it started alone; its next round, 30 s on, sees the second).
+        for (node, peers) in [(&a, 0.0), (&b, 1.0)] {
+            let scrape = node.get("/metrics").body;
+            assert_eq!(
+                gauge(&scrape, "leaf_snowflake_peers_compared"),
+                peers,
+                "{mode}"
+            );
+            let skew = gauge(&scrape, "leaf_snowflake_peer_clock_skew_seconds");
+            assert!(
+                skew.abs() < 1.0,
+                "{mode}: {skew} s off a peer on this machine"
+            );
+        }
         let (status, log) = b.sigterm();
         assert!(status.success(), "{mode}:\n{log}");
         let (status, log) = a.sigterm();
         assert!(status.success(), "{mode}:\n{log}");
     }
+}
+
+/// The value of the unlabelled gauge `name` in a scrape.
+fn gauge(scrape: &str, name: &str) -> f64 {
+    assert!(scrape.contains(&format!("# TYPE {name} gauge")), "{scrape}");
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name}: {scrape}"))
+        .parse()
+        .unwrap()
 }
 
 /// A peer that answers every request with a clock an hour ahead.

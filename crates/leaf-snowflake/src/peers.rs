@@ -164,6 +164,41 @@ where
     Ok(result)
 }
 
+/// How often [`watch`] compares the clock with the peers' again once snowflake mode runs.
+pub const RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// After the start-up [`gate`], the same comparison again every `every`, for as long as the
+/// node runs, each result handed to `report` (the server's
+/// `leaf_snowflake_peer_clock_skew_seconds`): the gate reads the clock once, but a clock that
+/// drifts or is stepped later is seen only here. Never refuses anything (an alert's job); a
+/// directory that cannot be listed skips that round.
+pub async fn watch<G, F, R>(
+    directory: &dyn PeerDirectory,
+    identity: &NodeIdentity,
+    clock: &dyn Clock,
+    every: std::time::Duration,
+    mut get: G,
+    mut report: R,
+) where
+    G: FnMut(String) -> F,
+    F: Future<Output = Result<u64, String>>,
+    R: FnMut(&PeerClock),
+{
+    let me = identity.to_string();
+    loop {
+        tokio::time::sleep(every).await;
+        match directory.peers().await {
+            Ok(mut peers) => {
+                peers.retain(|p| *p != me);
+                report(&check(&peers, clock, u64::MAX, &mut get).await);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list the running peers; the clock comparison waits for the next round")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -384,5 +419,43 @@ mod tests {
         let down = FakeDirectory::default();
         let r = gate(&down, &me, &clock, 5000, fake(&clock, &[], Duration::ZERO)).await;
         assert_eq!(r, Ok(PeerClock::NoPeers { asked: 0 }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watch_compares_again_every_round_and_sees_a_drifting_clock() {
+        let clock = ManualClock::new(NOW);
+        let me = NodeIdentity::new("10.0.0.1", 8080);
+        let dir = FakeDirectory {
+            peers: Some(peers(&["10.0.0.1:8080", "10.0.0.2:8080"])),
+            registered: std::sync::Mutex::default(),
+        };
+        // The peer drifts 1 s further ahead of this clock at every round.
+        let rounds = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let drift = std::sync::Arc::clone(&rounds);
+        let peer_clock = clock.clone();
+        let get = move |peer: String| {
+            assert_eq!(peer, "10.0.0.2:8080", "this node's own entry is left out");
+            let n = drift.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            std::future::ready(Ok(peer_clock
+                .now_ms()
+                .checked_add_signed(n * 1000)
+                .unwrap()))
+        };
+        let seen = std::sync::Mutex::new(Vec::new());
+        let watched = watch(&dir, &me, &clock, RECHECK, get, |found| {
+            seen.lock().unwrap().push(found.clone())
+        });
+        // Three rounds, then the watch is dropped.
+        let _ = tokio::time::timeout(RECHECK * 3 + RECHECK / 2, watched).await;
+        let seen = seen.into_inner().unwrap();
+        let skews: Vec<i64> = seen
+            .iter()
+            .map(|p| match p {
+                PeerClock::Agrees { skew_ms, peers: 1 } => *skew_ms,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // Never Off, however far: the watch reports, the start-up gate refuses.
+        assert_eq!(skews, [-1000, -2000, -3000]);
     }
 }

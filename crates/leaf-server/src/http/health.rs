@@ -175,6 +175,26 @@ pub(super) async fn metrics(_: MetricsAccess, State(state): State<AppState>) -> 
             &[],
             f64::from(u8::from(s.readiness().is_ok())),
         );
+        if let Some(p) = s.peer_clock() {
+            out.family(
+                "leaf_snowflake_peer_clock_skew_seconds",
+                "This node's clock minus the average of its running peers' at the last \
+                 comparison (ZooKeeper modes; every 30 s)",
+                "gauge",
+            );
+            out.sample(
+                "leaf_snowflake_peer_clock_skew_seconds",
+                &[],
+                p.skew_ms as f64 / 1000.0,
+            );
+            out.family(
+                "leaf_snowflake_peers_compared",
+                "Running peers whose clocks the last comparison read (0: none listed or none \
+                 answered)",
+                "gauge",
+            );
+            out.sample("leaf_snowflake_peers_compared", &[], p.peers as f64);
+        }
         if let Some(g) = s.generator() {
             let st = g.status();
             out.family(

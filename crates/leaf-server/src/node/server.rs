@@ -37,7 +37,7 @@ use crate::http::tls::ServerTls;
 use crate::http::write_timeout::WriteTimeout;
 use crate::node::identity;
 use crate::node::metrics::Metrics;
-use crate::node::state::{AppState, LoadMetrics, SegmentService, SnowflakeService};
+use crate::node::state::{AppState, LoadMetrics, PeerSkew, SegmentService, SnowflakeService};
 use leaf_segment::warm;
 
 /// How far back "recently used" reaches for the warm-restart list.
@@ -302,22 +302,26 @@ async fn start_snowflake(
         worker: registry,
         peers,
     } = backends::registry(config).await?;
+    let tls = config.server.tls.enabled();
+    let mut watched = None;
     if let Some(directory) = peers {
         let checked = leaf_snowflake::peers::gate(
             directory.as_ref(),
             &identity,
             clock.as_ref(),
             directory.max_skew_ms(),
-            |peer| {
-                peer_clock::http_time(peer, peer_clock::PEER_TIMEOUT, config.server.tls.enabled())
-            },
+            |peer| peer_clock::http_time(peer, peer_clock::PEER_TIMEOUT, tls),
         )
         .await;
-        if let Err(why) = checked {
-            tracing::error!(reason = %why, "snowflake mode refused; segment mode serves");
-            return Ok(SnowflakeService::refused(why));
+        match checked {
+            Err(why) => {
+                tracing::error!(reason = %why, "snowflake mode refused; segment mode serves");
+                return Ok(SnowflakeService::refused(why));
+            }
+            Ok(found) => watched = Some((directory, PeerSkew::of(&found))),
         }
     }
+    let me = identity.clone();
     let generator_config = config.snowflake.generator_config(layout);
     tracing::info!(mode = registry.mode(), %identity, "starting snowflake mode");
     let first = Snowflake::start(
@@ -328,11 +332,11 @@ async fn start_snowflake(
     )
     .await
     .map_err(|e| backends::mode_error(config, e));
-    match first {
+    let service = match first {
         Ok(generator) => {
             tasks.push(generator.spawn_renewer());
             log_snowflake_state(&generator);
-            Ok(SnowflakeService::ready(generator))
+            SnowflakeService::ready(generator)
         }
         Err(e) if e.is_retryable() => {
             tracing::warn!(error = %e, "snowflake mode cannot start yet; retrying in the background");
@@ -366,10 +370,27 @@ async fn start_snowflake(
                     }
                 }
             }));
-            Ok(service)
+            service
         }
-        Err(e) => Err(e.into()),
+        Err(e) => return Err(e.into()),
+    };
+    // The clock compared with the peers' again every round, for the skew metric and its alert.
+    if let Some((directory, first)) = watched {
+        service.set_peer_clock(first);
+        let (s, clock) = (service.clone(), Arc::clone(clock));
+        tasks.push(tokio::spawn(async move {
+            leaf_snowflake::peers::watch(
+                directory.as_ref(),
+                &me,
+                clock.as_ref(),
+                leaf_snowflake::peers::RECHECK,
+                |peer| peer_clock::http_time(peer, peer_clock::PEER_TIMEOUT, tls),
+                |found| s.set_peer_clock(PeerSkew::of(found)),
+            )
+            .await;
+        }));
     }
+    Ok(service)
 }
 
 fn log_snowflake_state(generator: &Snowflake) {

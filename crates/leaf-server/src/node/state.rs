@@ -343,6 +343,33 @@ impl fmt::Debug for SegmentService {
 pub struct SnowflakeService {
     generator: Arc<OnceLock<Snowflake>>,
     pending: Arc<Mutex<String>>,
+    /// The last comparison of this clock with the running peers' (modes that list peers).
+    peer_clock: Arc<Mutex<Option<PeerSkew>>>,
+}
+
+/// This node's clock against its running peers' at the last comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerSkew {
+    /// This clock minus the average of the peers' (0 with no peer).
+    pub skew_ms: i64,
+    /// How many peers answered.
+    pub peers: usize,
+}
+
+impl PeerSkew {
+    /// What a comparison found.
+    pub fn of(found: &leaf_snowflake::peers::PeerClock) -> PeerSkew {
+        use leaf_snowflake::peers::PeerClock;
+        match *found {
+            PeerClock::NoPeers { .. } => PeerSkew {
+                skew_ms: 0,
+                peers: 0,
+            },
+            PeerClock::Agrees { skew_ms, peers } | PeerClock::Off { skew_ms, peers, .. } => {
+                PeerSkew { skew_ms, peers }
+            }
+        }
+    }
 }
 
 impl SnowflakeService {
@@ -378,6 +405,16 @@ impl SnowflakeService {
     pub fn set_pending_reason(&self, err: &Error) {
         *self.pending.lock().unwrap_or_else(|p| p.into_inner()) =
             public_reason(Origin::Snowflake, err);
+    }
+
+    /// Records the last comparison of this clock with the peers'.
+    pub fn set_peer_clock(&self, skew: PeerSkew) {
+        *self.peer_clock.lock().unwrap_or_else(|p| p.into_inner()) = Some(skew);
+    }
+
+    /// The last comparison of this clock with the peers', in a mode that lists peers.
+    pub fn peer_clock(&self) -> Option<PeerSkew> {
+        *self.peer_clock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The generator, once started.

@@ -25,6 +25,9 @@ const ELSEWHERE: &[(&str, &str)] = &[
         "leaf_snowflake_registry_mark_lag_seconds",
         "tests/postgres.rs",
     ),
+    // Only in the modes that list their peers (the ZooKeeper modes).
+    ("leaf_snowflake_peer_clock_skew_seconds", "tests/zk.rs"),
+    ("leaf_snowflake_peers_compared", "tests/zk.rs"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
