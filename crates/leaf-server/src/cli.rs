@@ -6,7 +6,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// What `--version` prints: `leaf-server 0.1.0 (git 0123456789ab; backends: sqlite, local)`,
+/// What `--version` prints: `leaf-server 0.2.0 (git 0123456789ab; backends: sqlite, local)`,
 /// the git revision the binary was built from (`unknown` outside a checkout) and the cargo
 /// features of the backends it has.
 pub fn version_text() -> String {

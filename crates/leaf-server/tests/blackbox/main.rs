@@ -532,3 +532,4 @@ mod monitoring;
 mod operations;
 mod tls;
 mod tokens;
+mod upgrade;

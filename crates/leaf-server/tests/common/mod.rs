@@ -16,6 +16,8 @@ pub(crate) mod nodes;
 pub(crate) mod router;
 #[cfg(any(feature = "mysql", feature = "postgres"))]
 pub(crate) mod sql;
+#[allow(dead_code, reason = "each test binary uses a part")]
+pub(crate) mod upgrade;
 
 const BIN: &str = env!("CARGO_BIN_EXE_leaf-server");
 

@@ -624,3 +624,4 @@ fn group(n: i64) -> String {
 }
 
 mod readme;
+mod upgrade;
