@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::nodes::worker_id;
-use common::{Server, free_port, now_ms};
+use common::{Server, free_port, gauge, now_ms};
 use leaf_testkit::provision::{self, ZkNamespace};
 use zookeeper_client as zk;
 
@@ -74,17 +74,6 @@ async fn two_servers_get_distinct_worker_ids_and_the_second_checks_its_clock_wit
         let (status, log) = a.sigterm();
         assert!(status.success(), "{mode}:\n{log}");
     }
-}
-
-/// The value of the unlabelled gauge `name` in a scrape.
-fn gauge(scrape: &str, name: &str) -> f64 {
-    assert!(scrape.contains(&format!("# TYPE {name} gauge")), "{scrape}");
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .unwrap_or_else(|| panic!("no {name}: {scrape}"))
-        .parse()
-        .unwrap()
 }
 
 /// A peer that answers every request with a clock an hour ahead.

@@ -207,6 +207,23 @@ pub(crate) fn http_with(
     parse_reply(&raw)
 }
 
+/// The value of the sample `series` (a name, with its labels if it has any, as the scrape
+/// writes them) in a `/metrics` scrape; fails naming the series when it is missing.
+#[allow(dead_code, reason = "each test binary uses a part")]
+pub(crate) fn gauge(scrape: &str, series: &str) -> f64 {
+    let family = series.split('{').next().unwrap_or(series);
+    assert!(
+        scrape.contains(&format!("# TYPE {family} ")),
+        "no {family}: {scrape}"
+    );
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{series} ")))
+        .unwrap_or_else(|| panic!("no {series}: {scrape}"))
+        .parse()
+        .unwrap()
+}
+
 /// `POST path` with a JSON `body`.
 #[allow(dead_code, reason = "each test binary uses a part")]
 pub(crate) fn post_json(port: u16, path: &str, body: &str) -> Reply {

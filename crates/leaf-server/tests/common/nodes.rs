@@ -189,6 +189,14 @@ pub(crate) async fn backend_stopped_while_serving(
                 );
                 assert_eq!(r.status, 503, "{}", r.body);
                 assert_eq!(r.json()["code"], -4, "{}", r.body);
+                if fenced_after.is_none() {
+                    // What LeafWorkerLeaseInvalid and LeafNotReady read, while segment mode
+                    // stays ready on its buffers.
+                    let scrape = s.get("/metrics").body;
+                    assert_eq!(super::gauge(&scrape, "leaf_worker_lease_valid"), 0.0);
+                    assert_eq!(super::gauge(&scrape, "leaf_snowflake_ready"), 0.0);
+                    assert_eq!(super::gauge(&scrape, "leaf_segment_ready"), 1.0);
+                }
                 fenced_after.get_or_insert(stopped.elapsed());
             }
         }
