@@ -4,6 +4,7 @@
 mod config;
 mod generator;
 pub mod layout_record;
+pub mod monotonic;
 pub mod peers;
 mod status;
 

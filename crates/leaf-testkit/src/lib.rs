@@ -7,6 +7,7 @@ pub mod config;
 #[cfg(feature = "provision")]
 pub mod faults;
 pub mod fixture;
+pub mod history;
 #[cfg(feature = "provision")]
 pub mod identity_cases;
 mod macros;
