@@ -14,12 +14,17 @@
 //!   left alone.
 //! - A business tag's period row is raised by `period_by` (`by` unless told), and refused,
 //!   naming the row and the values its format can still print, if its next value would no
-//!   longer fit the format's width.
+//!   longer fit the format's width; a row already past its width is spent and left alone.
+//! - The row of the period the clock is in, missing from a copy taken before that period
+//!   began, is created at the tag's first value plus `period_by`: a node would otherwise create
+//!   it at the first value and print the period's numbers again.
+//! - A definition row this version cannot read refuses the raise: its period rows can be told
+//!   neither from plain ones nor against their width.
 
 use std::collections::HashMap;
 use std::fmt;
 
-use leaf_core::{Error, MAX_STEP, Result, SegmentStore, Tag, TagRecord};
+use leaf_core::{Error, MAX_STEP, NewTag, Result, SegmentStore, Tag, TagRecord};
 
 use crate::classify::{Shape, shape};
 use crate::{Definition, is_claim};
@@ -33,6 +38,17 @@ pub enum Change {
         from: i64,
         /// `max_id` after the raise (at least: nodes still serving may allocate meanwhile).
         to: i64,
+    },
+    /// A business tag's row of the period the clock is in, missing from the restored store
+    /// (first used after the copy was taken): created at its first value plus the raise, as if
+    /// it had been there at its first value.
+    Create {
+        /// Its `max_id`.
+        max_id: i64,
+        /// Its step (the tag's capped row step).
+        step: i64,
+        /// The raise, should a node create the row first (at the tag's first value).
+        by: i64,
     },
     /// Left alone, and why.
     Keep(&'static str),
@@ -55,15 +71,22 @@ impl fmt::Display for Planned {
             Change::Raise { from, to } => {
                 write!(f, "{}  {}  max_id {from} -> {to}", self.tag, self.kind)
             }
+            Change::Create { max_id, .. } => write!(
+                f,
+                "{}  {}  missing (first used after the copy?): created at max_id {max_id}",
+                self.tag, self.kind
+            ),
             Change::Keep(why) => write!(f, "{}  {}  left alone: {why}", self.tag, self.kind),
         }
     }
 }
 
-/// Plans a raise of `rows` (a store's [`list`](SegmentStore::list)): plain rows by `by`, period
-/// rows by `period_by`. `InvalidInput` for an amount below 1, or naming every row that cannot be
-/// raised by it (nothing is changed then).
-pub fn plan(rows: &[TagRecord], by: i64, period_by: i64) -> Result<Vec<Planned>> {
+/// Plans a raise of `rows` (a store's [`list`](SegmentStore::list)) at wall-clock `now_ms`:
+/// plain rows by `by`, period rows by `period_by`, and each business tag's row of the period
+/// `now_ms` is in created if the restored store lacks it. `InvalidInput` for an amount below 1,
+/// or naming every row that cannot be raised by it and every definition this version cannot
+/// read (nothing is changed then).
+pub fn plan(rows: &[TagRecord], by: i64, period_by: i64, now_ms: i64) -> Result<Vec<Planned>> {
     for (name, n) in [("--by", by), ("--period-by", period_by)] {
         if n < 1 {
             return Err(Error::InvalidInput(format!(
@@ -71,13 +94,24 @@ pub fn plan(rows: &[TagRecord], by: i64, period_by: i64) -> Result<Vec<Planned>>
             )));
         }
     }
-    let definitions: HashMap<&str, Definition> = rows
-        .iter()
-        .filter_map(|r| Some((r.tag.as_str(), Definition::from_record(r)?.ok()?)))
-        .collect();
+    let mut refused = Vec::new();
+    let mut definitions: HashMap<&str, Definition> = HashMap::new();
+    for r in rows {
+        match Definition::from_record(r) {
+            Some(Ok(def)) => {
+                definitions.insert(r.tag.as_str(), def);
+            }
+            // Its period rows cannot be told from plain ones, nor their width known: raising
+            // them by `by` could burn a fixed-width period, leaving them could repeat IDs.
+            Some(Err(e)) => refused.push(format!(
+                "{}: a business tag's definition this version cannot read ({e})",
+                r.tag
+            )),
+            None => {}
+        }
+    }
     let definition_of = |base: &str| definitions.get(format!("{base}@").as_str());
     let mut planned = Vec::with_capacity(rows.len());
-    let mut refused = Vec::new();
     for row in rows {
         let name = row.tag.as_str();
         let (kind, change) = if is_claim(row) {
@@ -94,7 +128,16 @@ pub fn plan(rows: &[TagRecord], by: i64, period_by: i64) -> Result<Vec<Planned>>
             && let Some(def) = definition_of(base)
         {
             let kind = format!("period of {base}");
-            match raise(row.max_id, period_by, def.props().format().max_value()) {
+            let width = def.props().format().max_value();
+            if width.is_some_and(|max| row.max_id > max) {
+                planned.push(Planned {
+                    tag: row.tag.clone(),
+                    kind,
+                    change: Change::Keep("spent (past its format's width)"),
+                });
+                continue;
+            }
+            match raise(row.max_id, period_by, width) {
                 Ok(change) => (kind, change),
                 Err(why) => {
                     refused.push(format!("{name} ({kind}): {why}"));
@@ -115,6 +158,34 @@ pub fn plan(rows: &[TagRecord], by: i64, period_by: i64) -> Result<Vec<Planned>>
             kind,
             change,
         });
+    }
+    // The period the clock is in, for each business tag: a row first used after the copy was
+    // taken is missing, and a node would create it at the tag's first value again.
+    let mut bases: Vec<&Definition> = definitions.values().collect();
+    bases.sort_by(|a, b| a.base().cmp(b.base()));
+    for def in bases {
+        let row = def
+            .props()
+            .period_at(now_ms)
+            .and_then(|period| def.row(period))?;
+        if rows.iter().any(|r| r.tag == row) {
+            continue;
+        }
+        let kind = format!("period of {}", def.base());
+        let first = def.props().first();
+        match raise(first, period_by, def.props().format().max_value()) {
+            Ok(Change::Raise { to, .. }) => planned.push(Planned {
+                tag: row,
+                kind,
+                change: Change::Create {
+                    max_id: to,
+                    step: def.props().row_step(def.step()),
+                    by: period_by,
+                },
+            }),
+            Ok(_) => {}
+            Err(why) => refused.push(format!("{row} ({kind}, missing): {why}")),
+        }
     }
     if !refused.is_empty() {
         return Err(Error::InvalidInput(format!(
@@ -167,8 +238,40 @@ pub struct Applied {
 pub async fn apply(store: &dyn SegmentStore, plan: &[Planned]) -> Applied {
     let mut done = Vec::new();
     for p in plan {
-        let Change::Raise { from, to } = p.change else {
-            continue;
+        let (from, to) = match p.change {
+            Change::Raise { from, to } => (from, to),
+            Change::Create { max_id, step, by } => {
+                let new = NewTag {
+                    tag: p.tag.clone(),
+                    max_id,
+                    step,
+                    description: Some(format!("{} (made by store raise)", p.kind)),
+                };
+                match store.create(&new).await {
+                    Ok(_) => {
+                        done.push((p.tag.clone(), max_id));
+                        continue;
+                    }
+                    // A node made it meanwhile, at the tag's first value: raised as planned.
+                    Err(Error::AlreadyExists(_)) => match store.get(&p.tag).await {
+                        Ok(Some(r)) => (r.max_id, r.max_id.saturating_add(by)),
+                        Ok(None) => (max_id, max_id),
+                        Err(e) => {
+                            return Applied {
+                                done,
+                                failed: Some((p.tag.clone(), e)),
+                            };
+                        }
+                    },
+                    Err(e) => {
+                        return Applied {
+                            done,
+                            failed: Some((p.tag.clone(), e)),
+                        };
+                    }
+                }
+            }
+            Change::Keep(_) => continue,
         };
         let mut left = to - from;
         let mut max_id = from;
@@ -233,6 +336,9 @@ mod tests {
             .collect()
     }
 
+    /// 2026-11-27 12:00 UTC: the day of `order_rows`' second row.
+    const NOW: i64 = 1_795_780_800_000;
+
     #[test]
     fn plain_rows_are_raised_claims_and_definitions_left_alone() {
         let mut rows = order_rows(1_000);
@@ -240,7 +346,7 @@ mod tests {
         rows.push(row("spent", i64::MAX, None));
         // A plain tag of a row's shape from before business tags: counted from, raised.
         rows.push(row("legacy@2026", 3, None));
-        let plan = plan(&rows, 10_000_000, 100_000).unwrap();
+        let plan = plan(&rows, 10_000_000, 100_000, NOW).unwrap();
         let raise = |from, to| Change::Raise { from, to };
         assert_eq!(
             changes(&plan),
@@ -268,24 +374,24 @@ mod tests {
     fn a_period_row_past_its_width_is_refused_by_name_and_nothing_is_planned() {
         let mut rows = order_rows(950_000);
         rows.push(row("plain", 7, None));
-        let err = plan(&rows, 100_000, 100_000).unwrap_err().to_string();
+        let err = plan(&rows, 100_000, 100_000, NOW).unwrap_err().to_string();
         assert!(err.contains("nothing was changed: 1 row(s)"), "{err}");
         assert!(err.contains("order@20261127 (period of order)"), "{err}");
         assert!(err.contains("raised by at most 49999"), "{err}");
         // The last value the width prints is still allowed.
-        assert!(plan(&rows, 100_000, 49_999).is_ok());
-        assert!(plan(&rows, 100_000, 50_000).is_err());
+        assert!(plan(&rows, 100_000, 49_999, NOW).is_ok());
+        assert!(plan(&rows, 100_000, 50_000, NOW).is_err());
     }
 
     #[test]
     fn overflow_and_bad_amounts_are_refused() {
         let rows = [row("near", i64::MAX - 10, None)];
-        let err = plan(&rows, 11, 1).unwrap_err().to_string();
+        let err = plan(&rows, 11, 1, NOW).unwrap_err().to_string();
         assert!(err.contains("near: max_id"), "{err}");
         assert!(err.contains("only 10 left"), "{err}");
-        assert!(plan(&rows, 10, 1).is_ok());
+        assert!(plan(&rows, 10, 1, NOW).is_ok());
         for (by, period_by) in [(0, 1), (1, 0), (-5, 1)] {
-            let err = plan(&rows, by, period_by).unwrap_err();
+            let err = plan(&rows, by, period_by, NOW).unwrap_err();
             assert!(matches!(err, Error::InvalidInput(_)), "{err}");
         }
     }
@@ -300,7 +406,7 @@ mod tests {
         }
         let by = 2 * MAX_STEP + 5;
         let rows = store.list().await.unwrap();
-        let applied = apply(&store, &plan(&rows, by, 1).unwrap()).await;
+        let applied = apply(&store, &plan(&rows, by, 1, NOW).unwrap()).await;
         assert!(applied.failed.is_none(), "{:?}", applied.failed);
         let done = applied.done;
         assert_eq!(
@@ -313,5 +419,82 @@ mod tests {
         for (tag, max_id) in done {
             assert_eq!(store.get(&tag).await.unwrap().unwrap().max_id, max_id);
         }
+    }
+
+    #[test]
+    fn a_spent_period_row_is_left_alone_and_does_not_block_the_others() {
+        let mut rows = order_rows(1_000);
+        // Yesterday printed its last value: a load went past the width.
+        rows[2].max_id = 1_000_050;
+        let plan = plan(&rows, 10, 500_000, NOW).unwrap();
+        assert_eq!(
+            plan[2].change,
+            Change::Keep("spent (past its format's width)")
+        );
+        assert_eq!(
+            plan[3].change,
+            Change::Raise {
+                from: 1_000,
+                to: 501_000
+            }
+        );
+    }
+
+    #[test]
+    fn a_definition_this_version_cannot_read_refuses_the_raise() {
+        let mut rows = order_rows(1_000);
+        rows[1].description = Some(format!(
+            "{PROPS_PREFIX}zone=UTC first=1 colour=red format=x"
+        ));
+        let err = plan(&rows, 10, 10, NOW).unwrap_err().to_string();
+        assert!(
+            err.contains("order@: a business tag's definition this version cannot read"),
+            "{err}"
+        );
+        assert!(err.contains("nothing was changed"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_period_of_now_missing_from_the_copy_is_created_above_its_first_value() {
+        let store = MemoryStore::new();
+        // The copy was taken yesterday: today's row came after it.
+        let rows: Vec<TagRecord> = order_rows(1_000).into_iter().take(3).collect();
+        for r in &rows {
+            store.put(r.clone());
+        }
+        let plan = plan(&rows, 10, 20_000, NOW).unwrap();
+        let today = Tag::new("order@20261127").unwrap();
+        let created = plan.iter().find(|p| p.tag == today).expect("today's row");
+        assert_eq!(
+            created.change,
+            Change::Create {
+                max_id: 20_001,
+                step: 1_000,
+                by: 20_000
+            }
+        );
+        assert!(
+            created.to_string().contains("created at max_id 20001"),
+            "{created}"
+        );
+        let applied = apply(&store, &plan).await;
+        assert!(applied.failed.is_none(), "{:?}", applied.failed);
+        assert_eq!(store.get(&today).await.unwrap().unwrap().max_id, 20_001);
+
+        // A node made the row meanwhile and took from it: it is raised from where it is.
+        let store = MemoryStore::new();
+        for r in &rows {
+            store.put(r.clone());
+        }
+        let mut made = NewTag::new(today.clone());
+        made.max_id = 1;
+        store.create(&made).await.unwrap();
+        store.allocate(&today, Some(300)).await.unwrap();
+        let applied = apply(&store, &plan).await;
+        assert!(applied.failed.is_none(), "{:?}", applied.failed);
+        assert_eq!(
+            store.get(&today).await.unwrap().unwrap().max_id,
+            301 + 20_000
+        );
     }
 }

@@ -575,7 +575,7 @@ pub async fn a_raise_after_a_restore_from_an_older_copy_repeats_no_id(
     // Raised by more than was handed out since the copy: 300 plain IDs; of the day, one
     // node's loads (a tenth of the row's step of 1,000, doubling up to it) of 550 IDs and a
     // preload ahead: less than 5,000.
-    let plan = raise::plan(&restored, 10_000, 5_000).expect("plan");
+    let plan = raise::plan(&restored, 10_000, 5_000, clock.now_ms() as i64).expect("plan");
     let applied = raise::apply(store.as_ref(), &plan).await;
     assert!(applied.failed.is_none(), "{:?}", applied.failed);
     assert_eq!(applied.done.len(), 2, "the plain tag and the day: {plan:?}");
@@ -586,6 +586,7 @@ pub async fn a_raise_after_a_restore_from_an_older_copy_repeats_no_id(
         match planned.change {
             raise::Change::Keep(_) => assert_eq!(now, was, "{} must be left alone", was.tag),
             raise::Change::Raise { to, .. } => assert_eq!(now.max_id, to, "{}", was.tag),
+            raise::Change::Create { .. } => panic!("{} was in the copy", was.tag),
         }
     }
     let day = after

@@ -21,10 +21,12 @@ pub async fn run(config: &Config, raise: &Raise, out: &mut dyn Write) -> Result<
         .with_context(|| format!("cannot open the {} store", config.segment.store))?;
     let rows = store.list().await.context("cannot list the store's rows")?;
     let period_by = raise.period_by.unwrap_or(raise.by);
-    let plan = raise::plan(&rows, raise.by, period_by)?;
+    // The period each business tag is in now: a row first used after the copy is created.
+    let now_ms = leaf_core::Clock::now_ms(&leaf_core::SystemClock::new()) as i64;
+    let plan = raise::plan(&rows, raise.by, period_by, now_ms)?;
     let raised = plan
         .iter()
-        .filter(|p| matches!(p.change, Change::Raise { .. }))
+        .filter(|p| matches!(p.change, Change::Raise { .. } | Change::Create { .. }))
         .count();
     writeln!(
         out,
