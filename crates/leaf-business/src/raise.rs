@@ -238,65 +238,56 @@ pub struct Applied {
 pub async fn apply(store: &dyn SegmentStore, plan: &[Planned]) -> Applied {
     let mut done = Vec::new();
     for p in plan {
-        let (from, to) = match p.change {
-            Change::Raise { from, to } => (from, to),
-            Change::Create { max_id, step, by } => {
-                let new = NewTag {
-                    tag: p.tag.clone(),
-                    max_id,
-                    step,
-                    description: Some(format!("{} (made by store raise)", p.kind)),
+        match apply_one(store, p).await {
+            Ok(Some(max_id)) => done.push((p.tag.clone(), max_id)),
+            Ok(None) => {}
+            Err(e) => {
+                return Applied {
+                    done,
+                    failed: Some((p.tag.clone(), e)),
                 };
-                match store.create(&new).await {
-                    Ok(_) => {
-                        done.push((p.tag.clone(), max_id));
-                        continue;
-                    }
-                    // A node made it meanwhile, at the tag's first value: raised as planned.
-                    Err(Error::AlreadyExists(_)) => match store.get(&p.tag).await {
-                        Ok(Some(r)) => (r.max_id, r.max_id.saturating_add(by)),
-                        Ok(None) => (max_id, max_id),
-                        Err(e) => {
-                            return Applied {
-                                done,
-                                failed: Some((p.tag.clone(), e)),
-                            };
-                        }
-                    },
-                    Err(e) => {
-                        return Applied {
-                            done,
-                            failed: Some((p.tag.clone(), e)),
-                        };
-                    }
-                }
-            }
-            Change::Keep(_) => continue,
-        };
-        let mut left = to - from;
-        let mut max_id = from;
-        while left > 0 {
-            let step = left.min(MAX_STEP);
-            match store.allocate(&p.tag, Some(step)).await {
-                Ok(a) => {
-                    left -= a.used_step;
-                    max_id = a.max_id;
-                    if a.used_step < step {
-                        // Cut at i64::MAX by other nodes' allocations meanwhile: none left.
-                        break;
-                    }
-                }
-                Err(e) => {
-                    return Applied {
-                        done,
-                        failed: Some((p.tag.clone(), e)),
-                    };
-                }
             }
         }
-        done.push((p.tag.clone(), max_id));
     }
     Applied { done, failed: None }
+}
+
+/// One row of [`apply`]: its `max_id` after, or `None` for a row left alone.
+async fn apply_one(store: &dyn SegmentStore, p: &Planned) -> Result<Option<i64>> {
+    let (from, to) = match p.change {
+        Change::Keep(_) => return Ok(None),
+        Change::Raise { from, to } => (from, to),
+        Change::Create { max_id, step, by } => {
+            let new = NewTag {
+                tag: p.tag.clone(),
+                max_id,
+                step,
+                description: Some(format!("{} (made by store raise)", p.kind)),
+            };
+            match store.create(&new).await {
+                Ok(_) => return Ok(Some(max_id)),
+                // A node made it meanwhile, at the tag's first value: raised as planned.
+                Err(Error::AlreadyExists(_)) => match store.get(&p.tag).await? {
+                    Some(r) => (r.max_id, r.max_id.saturating_add(by)),
+                    None => (max_id, max_id),
+                },
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let mut left = to - from;
+    let mut max_id = from;
+    while left > 0 {
+        let step = left.min(MAX_STEP);
+        let a = store.allocate(&p.tag, Some(step)).await?;
+        left -= a.used_step;
+        max_id = a.max_id;
+        if a.used_step < step {
+            // Cut at i64::MAX by other nodes' allocations meanwhile: none left.
+            break;
+        }
+    }
+    Ok(Some(max_id))
 }
 
 #[cfg(test)]
