@@ -154,6 +154,12 @@ pub trait WorkerIdClaims: Send + Sync + fmt::Debug {
     fn confirmed_mark_ms(&self) -> Option<u64> {
         None
     }
+
+    /// See [`WorkerIdRegistry::holder`].
+    async fn holder(&self, worker_id: u64) -> Result<Option<String>> {
+        let _ = worker_id;
+        Ok(None)
+    }
 }
 
 /// A [`WorkerIdRegistry`] made of a [`WorkerIdClaims`] and the worker-id cache file in
@@ -327,6 +333,10 @@ impl<B: WorkerIdClaims> WorkerIdRegistry for CachedRegistry<B> {
 
     fn confirmed_mark_ms(&self) -> Option<u64> {
         self.backend.confirmed_mark_ms()
+    }
+
+    async fn holder(&self, worker_id: u64) -> Result<Option<String>> {
+        self.backend.holder(worker_id).await
     }
 
     async fn abandon(&self, lease: &Lease) {

@@ -290,6 +290,14 @@ pub trait WorkerIdRegistry: Send + Sync + Debug {
         None
     }
 
+    /// The identity (`ip:port`) that holds `worker_id` now, where the registry records it with
+    /// the claim: how the monotonic mode's followers find their leader. `None` where it keeps
+    /// no such record or nobody holds the id.
+    async fn holder(&self, worker_id: u64) -> Result<Option<String>> {
+        let _ = worker_id;
+        Ok(None)
+    }
+
     /// Forgets `lease` locally, without reaching any server: after `LeaseLost`, or when a start
     /// fails after `acquire`. Later renewals and releases of it answer as for a lease not
     /// held; the cache directory stays locked by this instance, and the next `acquire` on it

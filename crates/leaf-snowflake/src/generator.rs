@@ -10,6 +10,8 @@ mod lease;
 mod state;
 mod wait;
 
+pub(crate) use wait::race;
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

@@ -7,7 +7,7 @@
 //!   of the wall clock if it must. The wall clock only ever raises the floor; nothing waits on
 //!   it.
 //! - No ID is issued at or past the window: an issue that would reach it asks for a longer one
-//!   ([`NeedWindow`]) and the caller confirms it in the backend before asking again. The window
+//!   ([`NotIssued::NeedWindow`]) and the caller confirms it in the backend before asking again. The window
 //!   bounds how far IDs may run ahead of real time.
 //! - A new leader starts above the last confirmed window it read with its claim
 //!   ([`Oracle::after`]): every ID of every earlier leader is below it, whatever the new
@@ -15,7 +15,11 @@
 //!
 //! Why that is linearizable across a failover is argued in ARCHITECTURE.md ("Monotonic IDs").
 
+mod leader;
+
 use std::ops::RangeInclusive;
+
+pub use leader::{Leader, LeaderConfig, LeaderStatus, Refusal};
 
 /// Bits of the logical counter: 4,194,304 IDs a millisecond before the count runs into the
 /// next one. The other 41 bits hold milliseconds since the epoch: 69 years.
@@ -23,6 +27,10 @@ pub const LOGICAL_BITS: u32 = 22;
 
 /// The largest ID: 63 bits, so that every ID is a positive `i64`.
 const MAX_ID: u64 = (1 << 63) - 1;
+
+/// The most IDs one issue hands out: one millisecond's worth. A larger request is refused
+/// rather than asked of the window (it would need more than a millisecond of it at once).
+pub const MAX_ISSUE: u64 = 1 << LOGICAL_BITS;
 
 /// The time part of an ID and its first ID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,12 +56,19 @@ impl MonotonicLayout {
     }
 }
 
-/// The leader asked for IDs at or past its window: confirm a window ending after `past_ms`
-/// in the backend, [`Oracle::extend`] to it, and ask again.
+/// Why [`Oracle::issue`] handed nothing out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NeedWindow {
-    /// The millisecond the asked-for IDs would reach.
-    pub past_ms: u64,
+pub enum NotIssued {
+    /// The IDs would reach the window: confirm a window ending after `past_ms` in the backend,
+    /// [`Oracle::extend`] to it, and ask again.
+    NeedWindow {
+        /// The millisecond the asked-for IDs would reach.
+        past_ms: u64,
+    },
+    /// More than [`MAX_ISSUE`] IDs at once.
+    TooMany,
+    /// The layout's last ID was issued: its 41 bits of milliseconds are spent.
+    Exhausted,
 }
 
 /// A leader's state: the last ID issued and the confirmed window.
@@ -93,16 +108,23 @@ impl Oracle {
         self.window_end_ms = self.window_end_ms.max(end_ms);
     }
 
-    /// `n` (at least 1) IDs at wall-clock `now_ms`: the next after the last, and not below the
-    /// first of `now_ms`. [`NeedWindow`] when the last of them would reach the window; nothing
-    /// is taken then.
-    pub fn issue(&mut self, now_ms: u64, n: u64) -> Result<RangeInclusive<u64>, NeedWindow> {
+    /// `n` (at least 1, at most [`MAX_ISSUE`]) IDs at wall-clock `now_ms`: the next after the
+    /// last, and not below the first of `now_ms`. Nothing is taken when it refuses:
+    /// [`NotIssued::NeedWindow`] when the last of them would reach the window.
+    pub fn issue(&mut self, now_ms: u64, n: u64) -> Result<RangeInclusive<u64>, NotIssued> {
+        if n > MAX_ISSUE {
+            return Err(NotIssued::TooMany);
+        }
         let n = n.max(1);
         let first = (self.last + 1).max(self.layout.first_of(now_ms));
-        let last = first.saturating_add(n - 1).min(MAX_ID);
+        // Both sums stay far below u64::MAX: `last` is at most MAX_ID (2^63 - 1).
+        let last = first + (n - 1);
+        if last > MAX_ID {
+            return Err(NotIssued::Exhausted);
+        }
         let past_ms = self.layout.ms_of(last);
-        if past_ms >= self.window_end_ms || last - first + 1 < n {
-            return Err(NeedWindow { past_ms });
+        if past_ms >= self.window_end_ms {
+            return Err(NotIssued::NeedWindow { past_ms });
         }
         self.last = last;
         Ok(first..=last)
@@ -151,13 +173,17 @@ mod tests {
         let now = EPOCH + 1_000;
         let mut o = leader(now + 2);
         // A whole millisecond and one more: the count carries into now + 1.
-        let a = o.issue(now, PER_MS + 1).unwrap();
+        o.issue(now, PER_MS).unwrap();
+        let a = o.issue(now, 1).unwrap();
         assert_eq!(LAYOUT.ms_of(*a.end()), now + 1);
         // The rest of now + 1 fits; one more would reach the window at now + 2.
         let rest = PER_MS - 1;
         assert!(o.issue(now, rest).is_ok());
         let before = o.clone();
-        assert_eq!(o.issue(now, 1), Err(NeedWindow { past_ms: now + 2 }));
+        assert_eq!(
+            o.issue(now, 1),
+            Err(NotIssued::NeedWindow { past_ms: now + 2 })
+        );
         assert_eq!(o, before, "a refused issue takes nothing");
         o.extend(now + 3_000);
         let b = o.issue(now, 1).unwrap();
@@ -205,6 +231,29 @@ mod tests {
         // At the end of the layout nothing more is issued, never a wrapped ID.
         let mut end = Oracle::after(LAYOUT, u64::MAX - 1);
         end.extend(u64::MAX);
-        assert!(end.issue(u64::MAX - 1, 2).is_err());
+        assert_eq!(end.issue(u64::MAX - 1, 2), Err(NotIssued::Exhausted));
+    }
+
+    #[test]
+    fn the_last_id_of_the_layout_is_issued_once_and_then_nothing() {
+        // A window past the layout's end, and the floor one below its last ID.
+        let mut o = Oracle::after(LAYOUT, 0);
+        o.extend(u64::MAX);
+        o.last = MAX_ID - 1;
+        assert_eq!(o.issue(EPOCH, 1), Ok(MAX_ID..=MAX_ID));
+        assert_eq!(o.issue(EPOCH, 1), Err(NotIssued::Exhausted));
+        assert_eq!(o.issue(u64::MAX, 1), Err(NotIssued::Exhausted));
+    }
+
+    #[test]
+    fn a_request_larger_than_a_millisecond_is_refused_not_sent_to_the_window() {
+        let now = EPOCH + 1_000;
+        let mut o = leader(now + 3_000);
+        assert_eq!(o.issue(now, MAX_ISSUE + 1), Err(NotIssued::TooMany));
+        assert_eq!(o.issue(now, u64::MAX), Err(NotIssued::TooMany));
+        assert_eq!(
+            o.issue(now, MAX_ISSUE).map(|r| r.count() as u64),
+            Ok(MAX_ISSUE)
+        );
     }
 }

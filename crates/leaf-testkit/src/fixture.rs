@@ -57,6 +57,13 @@ pub trait RegistryFixture: Send + Sync {
         tokio::time::sleep(ttl + Duration::from_millis(1500)).await;
     }
 
+    /// The clock of the time [`let_expire`](Self::let_expire) passes: the system's by default,
+    /// the pool's own for an in-memory fixture. What holds a lease reads it, so that a holder
+    /// sees its lease's end when the registry does.
+    fn clock(&self) -> Arc<dyn leaf_core::Clock> {
+        Arc::new(leaf_core::SystemClock::new())
+    }
+
     /// The identity of node `i`. For a registry that does not assign ids itself
     /// (`assigns_distinct_ids == false`, the `local` mode), the fixture configures distinct
     /// ids for `identity(1..=8)` and for no other identity.

@@ -13,6 +13,7 @@ pub mod identity_cases;
 mod macros;
 pub mod memory;
 pub mod memory_registry;
+pub mod monotonic_cases;
 #[cfg(feature = "business")]
 pub mod period_cases;
 #[cfg(feature = "pki")]

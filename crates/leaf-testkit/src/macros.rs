@@ -285,6 +285,10 @@ macro_rules! __registry_capability {
             expired_id_returns_with_its_last_renewed_mark,
             far_ahead_mark_is_skipped,
         );
+        $crate::__conformance_tests!(monotonic_cases, $fixture;
+            a_monotonic_claim_taken_over_after_a_freeze_or_a_crash_keeps_ids_in_order,
+            a_released_monotonic_claim_goes_to_the_next_node_at_once,
+        );
     };
     (recycles = false; $fixture:expr) => {
         $crate::__conformance_tests!(registry_cases, $fixture;

@@ -29,6 +29,9 @@ impl RegistryFixture for MemoryRegistryFixture {
     async fn let_expire(&self, ttl: Duration) {
         self.0.clock().advance(ttl);
     }
+    fn clock(&self) -> Arc<dyn leaf_core::Clock> {
+        Arc::new(self.0.clock().clone())
+    }
     fn identity(&self, i: u16) -> NodeIdentity {
         NodeIdentity::new(format!("10.1.{}.{}", i / 256, i % 256), 8080)
     }

@@ -146,7 +146,7 @@ impl Inner {
 }
 
 /// Runs two futures until either finishes.
-pub(super) async fn race(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
+pub(crate) async fn race(a: impl Future<Output = ()>, b: impl Future<Output = ()>) {
     let mut a = pin!(a);
     let mut b = pin!(b);
     poll_fn(|cx| {

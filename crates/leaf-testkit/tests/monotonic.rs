@@ -1,0 +1,113 @@
+//! The monotonic leader on the in-memory recycling pool, where each node's clock is its own:
+//! a new leader whose clock is behind the old one's, and windows asked for on demand.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leaf_core::{Clock, ManualClock, NodeIdentity};
+use leaf_snowflake::monotonic::{Leader, LeaderConfig, MAX_ISSUE, Refusal};
+use leaf_testkit::MemoryRegistryPool;
+use leaf_testkit::history::{Recorder, check, describe};
+use leaf_testkit::monotonic_cases::LAYOUT;
+
+fn node(pool: &Arc<MemoryRegistryPool>, i: u16, clock: ManualClock) -> Leader {
+    let clock: Arc<dyn Clock> = Arc::new(clock);
+    Leader::new(
+        Arc::new(pool.node()),
+        NodeIdentity::new("10.0.0.1", i),
+        clock,
+        LeaderConfig::new(LAYOUT),
+    )
+}
+
+async fn take(history: &Recorder, name: &str, leader: &Leader, n: u64) -> Vec<i64> {
+    let invoked = Instant::now();
+    let ids: Vec<i64> = leader
+        .issue(n)
+        .await
+        .map(|r| r.map(|id| id as i64).collect())
+        .unwrap_or_default();
+    history.record("client", name, invoked, Instant::now(), ids.clone());
+    ids
+}
+
+#[tokio::test]
+async fn a_new_leader_whose_clock_is_behind_starts_above_the_old_one() {
+    let pool = MemoryRegistryPool::new(true);
+    let history = Recorder::new();
+    // A's clock is the pool's; B's is 10 s behind it.
+    let a = node(&pool, 1, pool.clock().clone());
+    let b_clock = ManualClock::new(pool.clock().now_ms() - 10_000);
+    let b = node(&pool, 2, b_clock.clone());
+    a.step().await.unwrap();
+    let mut last_a = 0;
+    for _ in 0..50 {
+        last_a = *take(&history, "a", &a, 1000).await.last().unwrap();
+    }
+    // A crashes; its lease ends.
+    let ttl = Duration::from_millis(a.status().lease_ttl_ms.unwrap());
+    drop(a);
+    pool.clock().advance(ttl);
+    b_clock.advance(ttl);
+    b.step().await.unwrap();
+    let first_b = take(&history, "b", &b, 1).await;
+    assert!(first_b[0] > last_a, "{} <= {last_a}", first_b[0]);
+    // Its IDs run ahead of its own clock, from the old leader's confirmed window on.
+    assert!(LAYOUT.ms_of(first_b[0] as u64) > b_clock.now_ms());
+    for _ in 0..50 {
+        take(&history, "b", &b, 1000).await;
+    }
+    let ops = history.ops();
+    let checked = check(&ops).unwrap_or_else(|v| panic!("{}", describe(&ops, &v)));
+    assert_eq!(checked.ids, 50 * 1000 + 1 + 50 * 1000);
+}
+
+#[tokio::test]
+async fn a_spent_window_is_renewed_on_demand_and_never_passed() {
+    let pool = MemoryRegistryPool::new(true);
+    let clock = pool.clock().clone();
+    let a = node(&pool, 1, clock.clone());
+    a.step().await.unwrap();
+    let first = a.status();
+    // The clock does not move: 4M IDs a millisecond carry on through the window's
+    // milliseconds, and each time the window is spent a request renews it.
+    let mut last = 0;
+    for _ in 0..4_000 {
+        let ids = a.issue(MAX_ISSUE).await.expect("renewed on demand");
+        assert!(*ids.start() > last);
+        last = *ids.end();
+        assert!(
+            LAYOUT.ms_of(last) < a.status().window_end_ms,
+            "no ID reaches the confirmed window"
+        );
+    }
+    let after = a.status();
+    assert!(after.window_renewals > first.window_renewals);
+    assert!(
+        LAYOUT.ms_of(last) >= clock.now_ms() + 3_000,
+        "the IDs ran ahead of the clock"
+    );
+    assert_eq!(
+        a.issue(MAX_ISSUE + 1).await,
+        Err(Refusal::TooMany { max: MAX_ISSUE })
+    );
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_from_its_backend_stops_at_its_fence_and_resumes_when_renewed() {
+    let pool = MemoryRegistryPool::new(true);
+    let clock = pool.clock().clone();
+    let a = node(&pool, 1, clock.clone());
+    a.step().await.unwrap();
+    a.issue(1).await.unwrap();
+    let valid = Duration::from_millis(a.status().lease_valid_for_ms.unwrap());
+    // No renewal reaches the backend until the fence: issuing stops there.
+    clock.advance(valid);
+    assert!(matches!(a.issue(1).await, Err(Refusal::Unavailable(_))));
+    assert!(!a.status().leader);
+    assert_eq!(a.status().fences, 1);
+    // A renewal that reaches it while the lease still holds (nobody else was elected).
+    a.step().await.unwrap();
+    assert!(a.status().leader);
+    a.issue(1).await.unwrap();
+}
