@@ -444,6 +444,23 @@ impl WorkerIdClaims for EtcdClaims {
         "etcd"
     }
 
+    async fn holder(&self, worker_id: u64) -> Result<Option<String>> {
+        let client = self.conn.client().await?;
+        let mut c = client.clone();
+        let key = self.worker_key(worker_id);
+        let read = self
+            .conn
+            .call("reading who holds a worker id", c.get(key.clone(), None))
+            .await?;
+        Ok(read.kvs().first().and_then(|kv| {
+            serde_json::from_slice::<serde_json::Value>(kv.value())
+                .ok()?
+                .get("owner")?
+                .as_str()
+                .map(str::to_owned)
+        }))
+    }
+
     fn capabilities(&self) -> RegistryCapabilities {
         RegistryCapabilities::new(true, true)
     }

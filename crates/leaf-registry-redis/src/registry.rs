@@ -19,12 +19,13 @@ use crate::connection::{Connection, not_replicated};
 /// Claims the lowest free id: for `id` in `0..=ARGV[2]`, skips a claimed one
 /// (`{prefix}:workers:{id}` exists) and one whose mark (`{prefix}:marks:{id}`) is above
 /// ARGV[5] (the claimer's clock plus `max_ahead_ms`), and sets the first other one to the
-/// token with `NX PX ttl`. ARGV: prefix, max id, token, ttl ms, limit.
+/// token with `NX PX ttl`, and `{prefix}:owners:{id}` to the claimer's `ip:port` (read only
+/// while the claim exists). ARGV: prefix, max id, token, ttl ms, limit, owner.
 /// Answers `{1, id, mark}`, or `{0, skipped id or -1, its mark}` when none is free.
 ///
 /// The keys are made inside the script, so this needs a single Redis (not Redis Cluster).
 const CLAIM: &str = r#"
-local prefix, max, token, ttl, limit = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
+local prefix, max, token, ttl, limit, owner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local skipped, skipped_mark = -1, 0
 for id = 0, max do
   local wk = prefix .. ':workers:' .. id
@@ -33,6 +34,7 @@ for id = 0, max do
     if mark > limit then
       if skipped < 0 then skipped, skipped_mark = id, mark end
     elseif redis.call('SET', wk, token, 'NX', 'PX', ttl) then
+      redis.call('SET', prefix .. ':owners:' .. id, owner)
       return {1, id, mark}
     end
   end
@@ -61,6 +63,12 @@ redis.call('DEL', KEYS[1])
 return 1
 "#;
 
+/// Who holds a claim: KEYS[2] (the owner) while KEYS[1] (the worker key) exists, else nil.
+const HOLDER: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+return redis.call('GET', KEYS[2])
+"#;
+
 /// Gives a claim back without touching its mark (a start that failed after the claim).
 const GIVE_BACK: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -87,6 +95,7 @@ pub struct RedisClaims {
     renew: Script,
     release: Script,
     give_back: Script,
+    holder: Script,
 }
 
 #[derive(Debug)]
@@ -132,6 +141,7 @@ impl RedisClaims {
             renew: Script::new(RENEW),
             release: Script::new(RELEASE),
             give_back: Script::new(GIVE_BACK),
+            holder: Script::new(HOLDER),
         })
     }
 
@@ -207,6 +217,20 @@ impl WorkerIdClaims for RedisClaims {
         &self.file_name
     }
 
+    async fn holder(&self, worker_id: u64) -> Result<Option<String>> {
+        let (wk, ok) = (
+            self.worker_key(worker_id),
+            format!("{}:owners:{worker_id}", self.prefix),
+        );
+        let script = &self.holder;
+        self.conn
+            .call("reading who holds a worker id", |mut c| async move {
+                let owner: Option<String> = script.key(wk).key(ok).invoke_async(&mut c).await?;
+                Ok(owner)
+            })
+            .await
+    }
+
     fn lease_ttl(&self) -> Option<(Duration, &'static str)> {
         Some((self.conn.config().lease_ttl(), "lease_ttl_ms"))
     }
@@ -224,6 +248,7 @@ impl WorkerIdClaims for RedisClaims {
             token.get().to_string(),
             ttl.as_millis().to_string(),
             limit.to_string(),
+            req.identity.to_string(),
         ];
         let (answer, replicated) = self
             .conn

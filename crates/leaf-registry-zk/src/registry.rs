@@ -352,6 +352,28 @@ impl WorkerIdClaims for ZkClaims {
         (self.mode == ZkMode::Normal && m > 0).then_some(m)
     }
 
+    async fn holder(&self, worker_id: u64) -> Result<Option<String>> {
+        if self.mode != ZkMode::Recycle {
+            return Ok(None);
+        }
+        let client = self.session.client().await?;
+        let path = Pool::new(&self.base, self.session.acls()).inuse_of(worker_id);
+        let read = bounded(
+            self.session.limit(),
+            "reading who holds a worker id",
+            async {
+                match client.get_data(&path).await {
+                    Ok((data, _)) => Ok(Some(data)),
+                    Err(zk::Error::NoNode) => Ok(None),
+                    Err(e) => Err(crate::error::map_zk(e, &path)),
+                }
+            },
+        )
+        .await?;
+        read.map(|data| node::parse_inuse(&data, &path).map(|inuse| inuse.owner))
+            .transpose()
+    }
+
     fn capabilities(&self) -> RegistryCapabilities {
         match self.mode {
             ZkMode::Normal => RegistryCapabilities::new(false, true)

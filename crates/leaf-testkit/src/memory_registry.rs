@@ -37,10 +37,13 @@ struct PoolState {
     next_token: u64,
 }
 
+type NodeIdentityText = Arc<str>;
+
 /// Who holds a worker id, under which token, and (recycling) until when.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Claim {
     node: u64,
+    identity: NodeIdentityText,
     token: LeaseToken,
     ttl: Duration,
     renewed_at: Duration,
@@ -162,6 +165,7 @@ impl WorkerIdRegistry for MemoryRegistry {
             worker_id,
             Claim {
                 node: self.node,
+                identity: req.identity.to_string().into(),
                 token,
                 ttl,
                 renewed_at: pool.clock.monotonic(),
@@ -196,6 +200,14 @@ impl WorkerIdRegistry for MemoryRegistry {
             s.claims.remove(&lease.worker_id);
         }
         Ok(())
+    }
+
+    async fn holder(&self, worker_id: u64) -> Result<Option<String>> {
+        let s = self.pool.state.lock().expect("pool lock");
+        Ok(s.claims
+            .get(&worker_id)
+            .filter(|c| !self.pool.expired(c))
+            .map(|c| c.identity.to_string()))
     }
 
     async fn abandon(&self, lease: &Lease) {

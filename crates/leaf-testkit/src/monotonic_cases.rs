@@ -78,10 +78,13 @@ pub async fn a_monotonic_claim_taken_over_after_a_freeze_or_a_crash_keeps_ids_in
     a.step().await.expect("the first node to ask is elected");
     assert!(a.status().leader);
     assert!(b.step().await.is_err(), "the claim is a pool of one");
-    assert!(matches!(
+    // The follower learns who leads from the claim (where its requests are forwarded).
+    let leads = Some(fixture.identity(1).to_string());
+    assert_eq!(b.status().leader_hint, leads);
+    assert_eq!(
         refused(&history, "b", &b).await,
-        Refusal::NotLeader { .. }
-    ));
+        Refusal::NotLeader { leader: leads }
+    );
     let last_a = take(&history, "a", &a, 100, 20).await;
     assert!(!last_a.is_empty());
 
