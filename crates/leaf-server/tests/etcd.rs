@@ -95,3 +95,17 @@ async fn a_frozen_node_whose_id_was_taken_issues_nothing_after_it_resumes() {
         spawn(dir, n, &ns, &name, &one_id)
     });
 }
+
+/// The monotonic mode on three nodes: the leader killed, the next frozen past its lease, the
+/// third stopped; the clients' history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release() {
+    let ns = namespace().await;
+    let name = leaf_name();
+    common::monotonic::run(
+        "etcd",
+        move |dir, n| spawn(dir, n, &ns, &name, &[common::monotonic::LONG_WINDOW]),
+        Duration::from_millis(TTL_MS.parse().unwrap()),
+    )
+    .await;
+}

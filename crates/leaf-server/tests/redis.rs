@@ -126,3 +126,24 @@ async fn a_redis_without_appendfsync_always_stops_start_up_unless_accepted() {
     );
     weak.remove().await.unwrap();
 }
+
+/// The monotonic mode on three nodes: the leader killed, the next frozen past its lease, the
+/// third stopped; the clients' history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release() {
+    let ns = namespace().await;
+    common::monotonic::run(
+        "redis",
+        move |dir, n| {
+            spawn(
+                dir,
+                n,
+                &ns.url,
+                &ns.prefix,
+                &[common::monotonic::LONG_WINDOW],
+            )
+        },
+        Duration::from_millis(TTL_MS.parse().unwrap()),
+    )
+    .await;
+}

@@ -144,3 +144,26 @@ async fn a_peer_an_hour_ahead_keeps_snowflake_off_while_segment_serves() {
     let (status, log) = s.sigterm();
     assert!(status.success(), "{log}");
 }
+
+/// The monotonic mode on three `zk_recycle` nodes with a 4 s lease: the leader killed, the next
+/// frozen past its lease, the third stopped; the clients' history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release() {
+    let ns = namespace().await;
+    common::monotonic::run(
+        "zk_recycle",
+        move |dir, n| {
+            let env = [
+                ("LEAF_SNOWFLAKE__MODE", "zk_recycle"),
+                ("LEAF_SNOWFLAKE__IP", "127.0.0.1"),
+                ("LEAF_SNOWFLAKE__ZK__ADDRESS", ns.connect.as_str()),
+                ("LEAF_SNOWFLAKE__ZK__ROOT", ns.root.as_str()),
+                ("LEAF_SNOWFLAKE__ZK__RECYCLE_IDLE_TIMEOUT_MS", "4000"),
+                common::monotonic::LONG_WINDOW,
+            ];
+            Server::spawn(dir, free_port(), n, &env)
+        },
+        Duration::from_millis(4000),
+    )
+    .await;
+}

@@ -319,6 +319,18 @@ pub(crate) async fn registry(config: &Config) -> Result<Registry> {
         .map_err(|e| keyed(&mode, e))
 }
 
+/// The monotonic mode's claim: the chosen workerId mode's registry again, under the leaf name
+/// `{name}-monotonic` and with its cache file in `{cache_dir}/monotonic`, so that the claim is
+/// a pool of its own beside the worker ids.
+pub(crate) async fn monotonic_registry(config: &Config) -> Result<Registry> {
+    let (mode, typed) = mode_config(config)?;
+    let imp = mode.imp().expect("a chosen mode is compiled in");
+    let dir = config.snowflake.cache_dir.join("monotonic");
+    let name = format!("{}-monotonic", config.name);
+    imp.open_registry(&typed, dir.as_path(), &name)
+        .map_err(|e| keyed(&mode, e))
+}
+
 /// An error of the chosen mode's registry (from `acquire`: an identity missing from
 /// `work_id_map`, a TTL the generator cannot renew within), its fields named as the server's
 /// keys: the one generic place for them.

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::http::admin::MetricsAccess;
 use crate::node::metrics::Exposition;
+use crate::node::monotonic::MonotonicService;
 use crate::node::state::AppState;
 
 pub(super) async fn healthz() -> Json<Value> {
@@ -254,6 +255,9 @@ pub(super) async fn metrics(_: MetricsAccess, State(state): State<AppState>) -> 
             out.sample("leaf_snowflake_worker_id", &[], st.worker_id as f64);
         }
     }
+    if let Some(m) = state.monotonic_service() {
+        monotonic_metrics(&mut out, m);
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -262,4 +266,73 @@ pub(super) async fn metrics(_: MetricsAccess, State(state): State<AppState>) -> 
         out.finish(),
     )
         .into_response()
+}
+
+/// The monotonic mode's series: whether this node leads, its election's counters, and what a
+/// follower forwarded (IDs and requests per call are the batch sizes coalescing made).
+fn monotonic_metrics(out: &mut Exposition, m: &MonotonicService) {
+    let mut put = |name: &str, help: &str, kind: &str, value: f64| {
+        out.family(name, help, kind);
+        out.sample(name, &[], value);
+    };
+    let st = m.status();
+    let leader = st.as_ref().is_some_and(|s| s.leader);
+    put(
+        "leaf_monotonic_leader",
+        "This node is the monotonic leader and may issue now (0/1)",
+        "gauge",
+        f64::from(u8::from(leader)),
+    );
+    if let Some(st) = &st {
+        put(
+            "leaf_monotonic_elections_total",
+            "Times this node became the monotonic leader",
+            "counter",
+            st.elections as f64,
+        );
+        put(
+            "leaf_monotonic_window_renewals_total",
+            "Monotonic windows the backend confirmed for this node",
+            "counter",
+            st.window_renewals as f64,
+        );
+        put(
+            "leaf_monotonic_fences_total",
+            "Times this node stopped leading: its lease lost, or its fence reached",
+            "counter",
+            st.fences as f64,
+        );
+    }
+    let c = m.counters();
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    put(
+        "leaf_monotonic_issued_total",
+        "Monotonic IDs this node issued as the leader",
+        "counter",
+        n(&c.issued),
+    );
+    put(
+        "leaf_monotonic_forwarded_calls_total",
+        "Calls this follower made to the monotonic leader",
+        "counter",
+        n(&c.forwarded_calls),
+    );
+    put(
+        "leaf_monotonic_forwarded_requests_total",
+        "Requests answered from those calls (more than the calls when coalesced)",
+        "counter",
+        n(&c.forwarded_requests),
+    );
+    put(
+        "leaf_monotonic_forwarded_ids_total",
+        "Monotonic IDs asked for in those calls",
+        "counter",
+        n(&c.forwarded_ids),
+    );
+    put(
+        "leaf_monotonic_forward_failures_total",
+        "Forwarded calls (or batches) that got no IDs",
+        "counter",
+        n(&c.forward_failures),
+    );
 }

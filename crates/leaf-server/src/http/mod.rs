@@ -8,6 +8,7 @@ pub(crate) mod connection;
 mod health;
 pub(crate) mod hosts;
 mod leaf;
+mod monotonic;
 pub mod peer_clock;
 pub(crate) mod sniff;
 mod tags;
@@ -81,6 +82,27 @@ pub fn app(state: AppState) -> Router {
             ),
         )
         .route("/decodeSnowflakeId", get(leaf::leaf_decode))
+        .route(
+            "/api/monotonic/get/{*key}",
+            ids(
+                get(monotonic::leaf_monotonic).post(monotonic::leaf_monotonic),
+                "GET, POST",
+            ),
+        )
+        .route(
+            "/api/monotonic/get/",
+            ids(
+                get(monotonic::leaf_monotonic).post(monotonic::leaf_monotonic),
+                "GET, POST",
+            ),
+        )
+        .route(
+            "/api/monotonic/get",
+            ids(
+                get(monotonic::leaf_monotonic).post(monotonic::leaf_monotonic),
+                "GET, POST",
+            ),
+        )
         // Version 1.
         .route(
             "/v1/segment/{*tag}",
@@ -90,6 +112,15 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/segment", ids(get(v1::v1_segment_empty), "GET"))
         .route("/v1/snowflake", ids(get(v1::v1_snowflake), "GET"))
         .route("/v1/snowflake/{id}/decode", get(v1::v1_decode))
+        .route("/v1/monotonic", ids(get(monotonic::v1_monotonic), "GET"))
+        .route(
+            "/v1/monotonic/range",
+            ids(get(monotonic::v1_monotonic_range), "GET"),
+        )
+        .route(
+            "/v1/monotonic/{id}/decode",
+            get(monotonic::v1_monotonic_decode),
+        )
         .route("/v1/decode/{*tag}", get(v1::v1_segment_decode))
         .route("/v1/time", get(crate::http::peer_clock::time_route))
         .route("/v1/tags", get(tags::list_tags).post(tags::create_tag))

@@ -26,16 +26,16 @@ pub(super) struct BatchParams {
     format: Option<String>,
 }
 
-struct Batch {
-    count: u64,
+pub(super) struct Batch {
+    pub(super) count: u64,
     /// `as`: `Some(true)` for strings, `Some(false)` for numbers, `None` when not asked.
-    as_string: Option<bool>,
-    format: Option<String>,
+    pub(super) as_string: Option<bool>,
+    pub(super) format: Option<String>,
 }
 
 impl BatchParams {
     /// The count as a number (its range is checked by `ops`, with gRPC's) and the ID format.
-    fn check(self, max: usize) -> Result<Batch, ApiError> {
+    pub(super) fn check(self, max: usize) -> Result<Batch, ApiError> {
         let count = match self.count.as_deref() {
             None => 1,
             Some(raw) => match raw.trim().parse::<u64>() {
@@ -61,7 +61,7 @@ impl BatchParams {
     }
 }
 
-fn ids_json(ids: &[i64], as_string: Option<bool>) -> Value {
+pub(super) fn ids_json(ids: &[i64], as_string: Option<bool>) -> Value {
     if as_string == Some(true) {
         Value::from(ids.iter().map(i64::to_string).collect::<Vec<_>>())
     } else {

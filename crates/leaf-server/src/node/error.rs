@@ -24,6 +24,10 @@ pub(crate) const CODE_EXHAUSTED: i64 = -5;
 /// the next period (a wider or cut ID never is).
 pub(crate) const CODE_FORMAT_OVERFLOW: i64 = -6;
 
+/// The monotonic mode: the node asked is not the leader (a forwarded call or a range), or the
+/// leader a follower forwarded to did not answer with IDs.
+pub(crate) const CODE_NOT_LEADER: i64 = -7;
+
 /// Which part of the service an error came from; it decides Leaf's result code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {

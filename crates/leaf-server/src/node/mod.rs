@@ -5,6 +5,7 @@
 pub(crate) mod error;
 pub(crate) mod identity;
 pub mod metrics;
+pub(crate) mod monotonic;
 pub(crate) mod one_node;
 pub(crate) mod ops;
 pub mod server;

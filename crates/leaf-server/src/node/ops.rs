@@ -194,6 +194,29 @@ pub(crate) async fn take_snowflake_ids(
     Ok(ids)
 }
 
+/// `count` monotonic IDs (`1..=max_batch`), ascending, each above every ID of a request that
+/// completed before this one began; counted in the metrics.
+pub(crate) async fn monotonic_ids(
+    state: &AppState,
+    count: u64,
+) -> Result<std::ops::RangeInclusive<u64>, ApiError> {
+    let service = state.monotonic()?;
+    let count = check_count(count, state.max_batch())?;
+    service.ids(count as u64).await
+}
+
+/// A range of `count` monotonic IDs issued by this node (`1..=MAX_ISSUE`): what a follower asks
+/// its leader for, never forwarded.
+pub(crate) async fn monotonic_range(
+    state: &AppState,
+    count: u64,
+) -> Result<std::ops::RangeInclusive<u64>, ApiError> {
+    let service = state.monotonic()?;
+    let max = leaf_snowflake::monotonic::MAX_ISSUE as usize;
+    let count = check_count(count, max)?;
+    service.range(count as u64).await
+}
+
 /// The step rule of allocations: a whole number from 1, lowered to `max_step` when above it
 /// (`None`: the stored step). Rows may hold steps up to `i32::MAX` while the servers' limit is
 /// lower, and a leasing client asks at least its row's step: a refusal would end its leases, so

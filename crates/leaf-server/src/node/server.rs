@@ -37,8 +37,10 @@ use crate::http::tls::ServerTls;
 use crate::http::write_timeout::WriteTimeout;
 use crate::node::identity;
 use crate::node::metrics::Metrics;
+use crate::node::monotonic::MonotonicService;
 use crate::node::state::{AppState, LoadMetrics, PeerSkew, SegmentService, SnowflakeService};
 use leaf_segment::warm;
+use leaf_snowflake::monotonic::{Leader, LeaderConfig, MonotonicLayout};
 
 /// How far back "recently used" reaches for the warm-restart list.
 const WARM_WINDOW: Duration = Duration::from_secs(24 * 3600);
@@ -126,6 +128,12 @@ pub async fn start(config: &Config, local: SocketAddr) -> anyhow::Result<Running
         None
     };
     let state = AppState::new(config, layout, segment.clone(), snowflake.clone(), metrics);
+    if config.monotonic.enabled {
+        let service = start_monotonic(config, local.port(), &clock, &state, &mut tasks).await?;
+        state.set_monotonic(service);
+    } else {
+        tracing::info!("monotonic mode disabled");
+    }
     if state.tokens().has_files() {
         tasks.push(tokio::spawn(crate::node::tokens::watch(
             state.shared_tokens(),
@@ -176,6 +184,14 @@ impl Running {
                 }
             }
         }
+        if let Some(leader) = self
+            .state
+            .monotonic_service()
+            .and_then(MonotonicService::leader)
+            && let Err(e) = leader.shutdown().await
+        {
+            tracing::warn!(error = %e, "monotonic claim not released; the next leader is elected when its lease ends");
+        }
         if let Some(s) = self.segment.as_ref().filter(|s| s.is_ready()) {
             let tags = s.allocator().recently_used(WARM_WINDOW);
             let (path, n) = (self.warm_file.clone(), tags.len());
@@ -192,6 +208,51 @@ impl Running {
             t.abort();
         }
     }
+}
+
+/// The monotonic mode's start-up: the claim's registry (the workerId mode's backend under a
+/// name of its own), one campaign at once (a single node serves from its first request), then
+/// one every `snowflake.mark_renew_ms`. A mode that cannot elect a leader is answered with why.
+async fn start_monotonic(
+    config: &Config,
+    listen_port: u16,
+    clock: &Arc<dyn Clock>,
+    state: &AppState,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<MonotonicService> {
+    let tokens = state.shared_tokens();
+    let registry = backends::monotonic_registry(config).await?.worker;
+    let mode = registry.mode();
+    if !(registry.capabilities().recycles || mode == "local") {
+        let why = format!(
+            "monotonic IDs are not served with snowflake.mode = \"{mode}\": its claim has no \
+             lease a leader could fence itself on; use zk_recycle, etcd or redis for a cluster, \
+             or local for one node (monotonic.enabled = false silences this)"
+        );
+        tracing::warn!("{why}");
+        return Ok(MonotonicService::refused(why, tokens));
+    }
+    let identity = identity::node_identity(&config.snowflake, listen_port)?;
+    let ms = Duration::from_millis;
+    let mut leader_config = LeaderConfig::new(MonotonicLayout {
+        epoch_ms: config.snowflake.epoch_ms,
+    });
+    leader_config.window = ms(config.monotonic.window_ms);
+    leader_config.renew = ms(config.snowflake.mark_renew_ms);
+    leader_config.fencing_margin = ms(config.snowflake.fencing_margin_ms);
+    let leader = Leader::new(registry, identity.clone(), Arc::clone(clock), leader_config);
+    match leader.step().await {
+        Ok(()) => tracing::info!(%identity, mode, "monotonic mode: this node leads"),
+        Err(e) => tracing::info!(
+            %identity,
+            mode,
+            leader = leader.status().leader_hint.as_deref().unwrap_or("unknown"),
+            reason = %e,
+            "monotonic mode: following; requests are forwarded to the leader"
+        ),
+    }
+    tasks.push(leader.spawn());
+    Ok(MonotonicService::elected(leader, tokens))
 }
 
 /// Segment mode's start-up, in this order: the seed tags, the business tags' definitions, then

@@ -15,6 +15,7 @@ use crate::compose::config::Config;
 use crate::http::hosts::AllowedHosts;
 use crate::node::error::{ApiError, CODE_SEGMENTS_NOT_READY, Origin, public_reason};
 use crate::node::metrics::Metrics;
+use crate::node::monotonic::MonotonicService;
 use crate::node::tokens::TokenSets;
 
 /// The shared state of the HTTP handlers. Cheap to clone.
@@ -36,6 +37,8 @@ struct Shared {
     layout: SnowflakeLayout,
     segment: Option<SegmentService>,
     snowflake: Option<SnowflakeService>,
+    /// Set once at start-up, after the state exists (the forwarding presents its tokens).
+    monotonic: OnceLock<MonotonicService>,
     metrics: Arc<Metrics>,
 }
 
@@ -80,9 +83,26 @@ impl AppState {
                 layout,
                 segment,
                 snowflake,
+                monotonic: OnceLock::new(),
                 metrics,
             }),
         }
+    }
+
+    /// Sets the monotonic mode (once, at start-up).
+    pub fn set_monotonic(&self, service: MonotonicService) {
+        let _ = self.inner.monotonic.set(service);
+    }
+
+    /// The monotonic mode, when it is on (`monotonic.enabled`).
+    pub fn monotonic_service(&self) -> Option<&MonotonicService> {
+        self.inner.monotonic.get()
+    }
+
+    /// The monotonic mode, or the answer for a node where it is off.
+    pub fn monotonic(&self) -> Result<&MonotonicService, ApiError> {
+        self.monotonic_service()
+            .ok_or_else(|| ApiError::disabled("monotonic"))
     }
 
     /// What the console says of this node.

@@ -51,6 +51,15 @@ impl TokenSet {
         set
     }
 
+    /// The first token accepted now, to present to another node of the cluster.
+    pub(crate) fn first(&self) -> Option<String> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .first()
+            .cloned()
+    }
+
     /// Whether any token is configured here (a file counts even while it holds none that
     /// passed); unset, the rule's default applies (open, or loopback for the admin rule).
     pub fn is_set(&self) -> bool {

@@ -529,6 +529,7 @@ fn snowflake_ids_in_a_format_round_trip_through_the_decode_route() {
 
 /// How long the clock check waits for a peer's answer.
 mod monitoring;
+mod monotonic;
 mod operations;
 mod tls;
 mod tokens;

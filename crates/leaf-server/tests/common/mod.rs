@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub(crate) mod certs;
 #[allow(dead_code, reason = "each test binary uses a part")]
 pub(crate) mod monitoring;
+#[allow(dead_code, reason = "each test binary uses a part")]
+pub(crate) mod monotonic;
 pub(crate) mod nodes;
 pub(crate) mod router;
 #[cfg(any(feature = "mysql", feature = "postgres"))]

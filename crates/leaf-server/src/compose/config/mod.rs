@@ -6,6 +6,7 @@
 //! version or tool. Every error names the key it is about.
 
 mod load;
+mod monotonic;
 mod redact;
 mod sections;
 mod segment;
@@ -18,6 +19,7 @@ use leaf_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 pub use load::{Loaded, load};
+pub use monotonic::MonotonicSection;
 pub use redact::redact_url;
 use sections::error_path;
 pub use sections::{Sections, in_section, read};
@@ -93,6 +95,8 @@ pub struct Config {
     pub segment: SegmentSection,
     /// Snowflake mode.
     pub snowflake: SnowflakeSection,
+    /// Monotonic mode.
+    pub monotonic: MonotonicSection,
 }
 
 impl Default for Config {
@@ -103,6 +107,7 @@ impl Default for Config {
             log: LogConfig::default(),
             segment: SegmentSection::default(),
             snowflake: SnowflakeSection::default(),
+            monotonic: MonotonicSection::default(),
         }
     }
 }
@@ -125,6 +130,7 @@ impl Config {
         }
         self.segment.validate()?;
         self.snowflake.validate()?;
+        self.monotonic.validate(self.snowflake.mark_renew_ms)?;
         // The backends' own tables, by their crates' rules.
         tables::check(self)
     }
@@ -229,6 +235,8 @@ mod tests {
         ("snowflake.max_startup_wait_ms", Some((0, 86_400_000))),
         ("snowflake.fencing_margin_ms", Some((0, 3_600_000))),
         ("snowflake.max_forward_step_ms", Some((1, 86_400_000))),
+        // Also above snowflake.mark_renew_ms.
+        ("monotonic.window_ms", Some((1_001, 3_600_000))),
         // The layout's rule (layout_validation_table in leaf-core).
         ("snowflake.epoch_ms", None),
         ("snowflake.timestamp_bits", None),

@@ -1,0 +1,45 @@
+//! `[monotonic]`: the monotonic mode (linearizable IDs from an elected leader).
+
+use leaf_core::Result;
+use serde::{Deserialize, Serialize};
+
+use super::{bad, check_bounds};
+
+/// The monotonic mode's settings. The leader renews its claim with the snowflake mode's
+/// `mark_renew_ms` and stops `fencing_margin_ms` before its lease could end.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct MonotonicSection {
+    /// Serve `/v1/monotonic` where the workerId mode can elect a leader. Default `true`.
+    pub enabled: bool,
+    /// How far ahead of the clock the leader's confirmed window ends: the longest it issues
+    /// without the backend. Default 3000.
+    pub window_ms: u64,
+}
+
+impl Default for MonotonicSection {
+    fn default() -> Self {
+        MonotonicSection {
+            enabled: true,
+            window_ms: 3000,
+        }
+    }
+}
+
+impl MonotonicSection {
+    /// Checks the window against the renew period (`mark_renew_ms`) it must outlast.
+    pub(crate) fn validate(&self, mark_renew_ms: u64) -> Result<()> {
+        check_bounds(&[("monotonic.window_ms", self.window_ms, 1, 3_600_000)])?;
+        if self.window_ms <= mark_renew_ms {
+            return bad(
+                "monotonic.window_ms",
+                format!(
+                    "{} must be above snowflake.mark_renew_ms ({mark_renew_ms}): the window \
+                     would run out between two renewals",
+                    self.window_ms
+                ),
+            );
+        }
+        Ok(())
+    }
+}
