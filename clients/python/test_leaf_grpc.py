@@ -55,6 +55,7 @@ class LeafGrpc(unittest.TestCase):
         cls.segment = leaf_pb2_grpc.SegmentStub(cls.channel)
         cls.snowflake = leaf_pb2_grpc.SnowflakeStub(cls.channel)
         cls.admin = leaf_pb2_grpc.AdminStub(cls.channel)
+        cls.monotonic = leaf_pb2_grpc.MonotonicStub(cls.channel)
 
     @classmethod
     def tearDownClass(cls):
@@ -77,6 +78,28 @@ class LeafGrpc(unittest.TestCase):
         d = self.snowflake.DecodeSnowflake(leaf_pb2.DecodeSnowflakeRequest(id=s.ids[0]))
         self.assertEqual(d.worker_id, 0)
         self.assertTrue(d.time.endswith("Z"), d.time)
+
+    def test_monotonic_ids_only_increase_across_calls_and_streams(self):
+        auth = bearer(CLIENT_TOKEN)
+        first = self.monotonic.NextMonotonicIds(
+            leaf_pb2.NextMonotonicIdsRequest(count=3), metadata=auth
+        ).ids
+        self.assertEqual(list(first), [first[0], first[0] + 1, first[0] + 2])
+        chunks = list(
+            self.monotonic.StreamMonotonicIds(
+                leaf_pb2.StreamMonotonicIdsRequest(count=2500, chunk=1000), metadata=auth
+            )
+        )
+        streamed = [i for c in chunks for i in c.ids]
+        self.assertEqual(len(streamed), 2500)
+        self.assertEqual(streamed, sorted(set(streamed)))
+        self.assertGreater(streamed[0], first[-1])
+        d = self.monotonic.DecodeMonotonic(leaf_pb2.DecodeMonotonicRequest(id=streamed[0]))
+        self.assertEqual(d.id, streamed[0])
+        self.assertTrue(d.time.endswith("Z"), d.time)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.monotonic.NextMonotonicIds(leaf_pb2.NextMonotonicIdsRequest(count=1))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
 
     def test_streamed_bulk_load_gives_distinct_ids(self):
         chunks = list(
@@ -146,6 +169,7 @@ class LeafGrpc(unittest.TestCase):
         for name in [
             "leaf.v1.Segment",
             "leaf.v1.Snowflake",
+            "leaf.v1.Monotonic",
             "leaf.v1.Admin",
             "grpc.health.v1.Health",
         ]:

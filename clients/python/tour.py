@@ -62,6 +62,7 @@ def main():
     seg = leaf_pb2_grpc.SegmentStub(channel)
     snow = leaf_pb2_grpc.SnowflakeStub(channel)
     admin = leaf_pb2_grpc.AdminStub(channel)
+    mono = leaf_pb2_grpc.MonotonicStub(channel)
     health = health_pb2_grpc.HealthStub(channel)
     tag = "leaf-segment-test"
     call("Segment/NextSegmentIds", seg.NextSegmentIds, leaf_pb2.NextSegmentIdsRequest(tag=tag, count=3))
@@ -75,6 +76,10 @@ def main():
     call("Snowflake/NextSnowflakeIds", snow.NextSnowflakeIds, leaf_pb2.NextSnowflakeIdsRequest(count=2))
     call("Snowflake/StreamSnowflakeIds", snow.StreamSnowflakeIds, leaf_pb2.StreamSnowflakeIdsRequest(count=5000, chunk=2500))
     call("Snowflake/DecodeSnowflake", snow.DecodeSnowflake, leaf_pb2.DecodeSnowflakeRequest(id=ids.ids[0]))
+    m = mono.NextMonotonicIds(leaf_pb2.NextMonotonicIdsRequest(count=2))
+    call("Monotonic/NextMonotonicIds", mono.NextMonotonicIds, leaf_pb2.NextMonotonicIdsRequest(count=2))
+    call("Monotonic/StreamMonotonicIds", mono.StreamMonotonicIds, leaf_pb2.StreamMonotonicIdsRequest(count=5000, chunk=2500))
+    call("Monotonic/DecodeMonotonic", mono.DecodeMonotonic, leaf_pb2.DecodeMonotonicRequest(id=m.ids[0]))
     call("Admin/CreateTag", admin.CreateTag, leaf_pb2.CreateTagRequest(tag="order", step=1000, description="orders"))
     call("Admin/CreateTag", admin.CreateTag, leaf_pb2.CreateTagRequest(tag="order"))
     call("Admin/UpdateTag", admin.UpdateTag, leaf_pb2.UpdateTagRequest(tag="order", step=5000))

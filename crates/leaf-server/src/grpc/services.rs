@@ -9,6 +9,7 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 use super::pb::admin_server::{Admin, AdminServer};
+use super::pb::monotonic_server::{Monotonic, MonotonicServer};
 use super::pb::segment_server::{Segment, SegmentServer};
 use super::pb::snowflake_server::{Snowflake, SnowflakeServer};
 use super::pb::{self, *};
@@ -26,6 +27,7 @@ pub(super) fn routes(state: &AppState, closing: tokio::sync::watch::Receiver<boo
     };
     let mut routes = Routes::new(SegmentServer::new(rpc.clone()).max_decoding_message_size(limit))
         .add_service(SnowflakeServer::new(rpc.clone()).max_decoding_message_size(limit))
+        .add_service(MonotonicServer::new(rpc.clone()).max_decoding_message_size(limit))
         .add_service(AdminServer::new(rpc).max_decoding_message_size(limit))
         .add_service(health::server(state, closing).max_decoding_message_size(limit));
     let reflection = || {
@@ -140,6 +142,61 @@ impl Segment for Rpc {
             .await
             .map_err(status)?;
         Ok(Response::new(tag_message(row, None)))
+    }
+}
+
+#[tonic::async_trait]
+impl Monotonic for Rpc {
+    async fn next_monotonic_ids(
+        &self,
+        req: Request<NextMonotonicIdsRequest>,
+    ) -> Result<Response<NextMonotonicIdsResponse>, Status> {
+        auth::client(&self.state, &req)?;
+        let count = req.into_inner().count;
+        let ids = ops::monotonic_ids(&self.state, u64::from(count))
+            .await
+            .map_err(status)?;
+        Ok(Response::new(NextMonotonicIdsResponse {
+            ids: ids.map(|id| id as i64).collect(),
+        }))
+    }
+
+    type StreamMonotonicIdsStream = IdStream<StreamMonotonicIdsResponse>;
+
+    async fn stream_monotonic_ids(
+        &self,
+        req: Request<StreamMonotonicIdsRequest>,
+    ) -> Result<Response<Self::StreamMonotonicIdsStream>, Status> {
+        auth::client(&self.state, &req)?;
+        let r = req.into_inner();
+        self.state.monotonic().map_err(status)?;
+        let plan = stream::plan(&self.state, r.count, r.chunk).map_err(status)?;
+        let state = self.state.clone();
+        let take = move |n: usize| {
+            let state = state.clone();
+            async move {
+                let ids = ops::monotonic_ids(&state, n as u64).await?;
+                Ok(ids.map(|id| id as i64).collect())
+            }
+        };
+        Ok(Response::new(stream::ids(plan, take, |ids| {
+            StreamMonotonicIdsResponse { ids }
+        })))
+    }
+
+    async fn decode_monotonic(
+        &self,
+        req: Request<DecodeMonotonicRequest>,
+    ) -> Result<Response<DecodeMonotonicResponse>, Status> {
+        // As `GET /v1/monotonic/{id}/decode`: no token.
+        let id = req.into_inner().id;
+        let (ms, logical) = ops::decode_monotonic(&self.state, id).map_err(status)?;
+        Ok(Response::new(DecodeMonotonicResponse {
+            id,
+            timestamp_ms: ms,
+            time: format_utc_ms(ms),
+            logical,
+        }))
     }
 }
 

@@ -5,7 +5,6 @@
 use axum::Json;
 use axum::extract::State;
 use leaf_core::format_utc_ms;
-use leaf_snowflake::monotonic::{LOGICAL_BITS, MonotonicLayout};
 use serde_json::{Value, json};
 
 use super::v1::{BatchParams, ids_json};
@@ -64,16 +63,11 @@ pub(super) async fn v1_monotonic_decode(
     RestPath(raw): RestPath,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&raw)?;
-    let id = u64::try_from(id)
-        .map_err(|_| ApiError::bad_request(format!("{raw:?} is not a monotonic id (negative)")))?;
-    let layout = MonotonicLayout {
-        epoch_ms: state.layout().epoch_ms(),
-    };
-    let ms = layout.ms_of(id);
+    let (ms, logical) = ops::decode_monotonic(&state, id)?;
     Ok(Json(json!({
         "id": id,
         "timestamp_ms": ms,
         "time": format_utc_ms(ms),
-        "logical": id & ((1 << LOGICAL_BITS) - 1),
+        "logical": logical,
     })))
 }

@@ -217,6 +217,18 @@ pub(crate) async fn monotonic_range(
     service.range(count as u64).await
 }
 
+/// A monotonic ID taken apart: its time part (Unix ms, the snowflake epoch added back) and its
+/// counter. A negative ID is a 400.
+pub(crate) fn decode_monotonic(state: &AppState, id: i64) -> Result<(u64, u64), ApiError> {
+    use leaf_snowflake::monotonic::{LOGICAL_BITS, MonotonicLayout};
+    let id = u64::try_from(id)
+        .map_err(|_| ApiError::bad_request(format!("{id} is not a monotonic id (negative)")))?;
+    let layout = MonotonicLayout {
+        epoch_ms: state.layout().epoch_ms(),
+    };
+    Ok((layout.ms_of(id), id & ((1 << LOGICAL_BITS) - 1)))
+}
+
 /// The step rule of allocations: a whole number from 1, lowered to `max_step` when above it
 /// (`None`: the stored step). Rows may hold steps up to `i32::MAX` while the servers' limit is
 /// lower, and a leasing client asks at least its row's step: a refusal would end its leases, so

@@ -137,3 +137,77 @@ fn restarts_after_a_kill_and_after_a_sigterm_start_above_every_id_issued() {
     let (status, log) = s.sigterm();
     assert!(status.success(), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_monotonic_service_is_the_routes_twin() {
+    use leaf_server::grpc::pb::monotonic_client::MonotonicClient;
+    use leaf_server::grpc::pb::{
+        DecodeMonotonicRequest, NextMonotonicIdsRequest, StreamMonotonicIdsRequest,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = tokio::task::block_in_place(|| Server::start(dir.path(), 1));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", s.port))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = MonotonicClient::new(channel);
+    let ids = client
+        .next_monotonic_ids(NextMonotonicIdsRequest { count: 4 })
+        .await
+        .unwrap()
+        .into_inner()
+        .ids;
+    assert_eq!(ids.len(), 4);
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
+    // A stream's chunks ascend, each above the call before.
+    let mut stream = client
+        .stream_monotonic_ids(StreamMonotonicIdsRequest {
+            count: 2500,
+            chunk: 1000,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut all = Vec::new();
+    while let Some(chunk) = stream.message().await.unwrap() {
+        all.extend(chunk.ids);
+    }
+    assert_eq!(all.len(), 2500);
+    assert!(all[0] > ids[3] && all.windows(2).all(|w| w[1] > w[0]));
+    let d = client
+        .decode_monotonic(DecodeMonotonicRequest { id: all[0] })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.id, all[0]);
+    assert!(d.time.ends_with('Z'));
+    let http = tokio::task::block_in_place(|| s.get(&format!("/v1/monotonic/{}/decode", all[0])));
+    assert_eq!(http.json()["timestamp_ms"], d.timestamp_ms);
+    assert_eq!(http.json()["logical"], d.logical);
+    for (count, code) in [
+        (0, tonic::Code::InvalidArgument),
+        (10_001, tonic::Code::InvalidArgument),
+    ] {
+        let e = client
+            .next_monotonic_ids(NextMonotonicIdsRequest { count })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), code, "{e:?}");
+    }
+    let e = client
+        .decode_monotonic(DecodeMonotonicRequest { id: -1 })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let scrape = tokio::task::block_in_place(|| s.get("/metrics").body);
+    assert!(
+        scrape.contains(
+            "leaf_grpc_requests_total{method=\"/leaf.v1.Monotonic/NextMonotonicIds\",code=\"OK\"} 1"
+        ),
+        "{scrape}"
+    );
+    let (status, log) = tokio::task::block_in_place(|| s.sigterm());
+    assert!(status.success(), "{log}");
+}

@@ -289,6 +289,55 @@ pub struct ErrorDetail {
     #[prost(uint32, tag = "3")]
     pub retry_after_s: u32,
 }
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct NextMonotonicIdsRequest {
+    /// How many IDs: 1 to `server.max_batch`.
+    #[prost(uint32, tag = "1")]
+    pub count: u32,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct NextMonotonicIdsResponse {
+    /// The IDs, ascending and consecutive.
+    #[prost(int64, repeated, tag = "1")]
+    pub ids: ::prost::alloc::vec::Vec<i64>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StreamMonotonicIdsRequest {
+    /// How many IDs in all: 1 to `server.grpc_max_stream_ids`.
+    #[prost(uint32, tag = "1")]
+    pub count: u32,
+    /// IDs per message: 1 to `server.max_batch`; 0 means `server.grpc_chunk`.
+    #[prost(uint32, tag = "2")]
+    pub chunk: u32,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StreamMonotonicIdsResponse {
+    /// One chunk of IDs, ascending within and across chunks.
+    #[prost(int64, repeated, tag = "1")]
+    pub ids: ::prost::alloc::vec::Vec<i64>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DecodeMonotonicRequest {
+    /// A monotonic ID; a negative one is refused.
+    #[prost(int64, tag = "1")]
+    pub id: i64,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DecodeMonotonicResponse {
+    /// The ID decoded.
+    #[prost(int64, tag = "1")]
+    pub id: i64,
+    /// Its time part, Unix milliseconds (the snowflake epoch added back): the millisecond it was
+    /// issued in, or up to `monotonic.window_ms` after it.
+    #[prost(uint64, tag = "2")]
+    pub timestamp_ms: u64,
+    /// The same moment in RFC 3339, UTC, with milliseconds.
+    #[prost(string, tag = "3")]
+    pub time: ::prost::alloc::string::String,
+    /// Its counter within the millisecond (22 bits).
+    #[prost(uint64, tag = "4")]
+    pub logical: u64,
+}
 /// Generated client implementations.
 pub mod segment_client {
     #![allow(
@@ -1280,6 +1329,470 @@ pub mod snowflake_server {
     /// Generated gRPC service name
     pub const SERVICE_NAME: &str = "leaf.v1.Snowflake";
     impl<T> tonic::server::NamedService for SnowflakeServer<T> {
+        const NAME: &'static str = SERVICE_NAME;
+    }
+}
+/// Generated client implementations.
+pub mod monotonic_client {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    use tonic::codegen::http::Uri;
+    /// Monotonic IDs: every ID above every ID of a call that completed before this one began, on
+    /// any node of the cluster (linearizable), from one elected leader; the other nodes forward.
+    #[derive(Debug, Clone)]
+    pub struct MonotonicClient<T> {
+        inner: tonic::client::Grpc<T>,
+    }
+    impl<T> MonotonicClient<T>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body>,
+        T::Error: Into<StdError>,
+        T::ResponseBody: Body<Data = Bytes> + std::marker::Send + 'static,
+        <T::ResponseBody as Body>::Error: Into<StdError> + std::marker::Send,
+    {
+        pub fn new(inner: T) -> Self {
+            let inner = tonic::client::Grpc::new(inner);
+            Self { inner }
+        }
+        pub fn with_origin(inner: T, origin: Uri) -> Self {
+            let inner = tonic::client::Grpc::with_origin(inner, origin);
+            Self { inner }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> MonotonicClient<InterceptedService<T, F>>
+        where
+            F: tonic::service::Interceptor,
+            T::ResponseBody: Default,
+            T: tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<
+                    <T as tonic::client::GrpcService<tonic::body::Body>>::ResponseBody,
+                >,
+            >,
+            <T as tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+            >>::Error: Into<StdError> + std::marker::Send + std::marker::Sync,
+        {
+            MonotonicClient::new(InterceptedService::new(inner, interceptor))
+        }
+        /// Compress requests with the given encoding.
+        ///
+        /// This requires the server to support it otherwise it might respond with an
+        /// error.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.send_compressed(encoding);
+            self
+        }
+        /// Enable decompressing responses.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.accept_compressed(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_decoding_message_size(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_encoding_message_size(limit);
+            self
+        }
+        /// Twin of `GET /v1/monotonic?count=N`: `count` IDs, ascending.
+        pub async fn next_monotonic_ids(
+            &mut self,
+            request: impl tonic::IntoRequest<super::NextMonotonicIdsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::NextMonotonicIdsResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/leaf.v1.Monotonic/NextMonotonicIds",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("leaf.v1.Monotonic", "NextMonotonicIds"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Bulk load in chunks, as StreamSegmentIds: each chunk is one request to the leader, so the
+        /// chunks ascend too.
+        pub async fn stream_monotonic_ids(
+            &mut self,
+            request: impl tonic::IntoRequest<super::StreamMonotonicIdsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<tonic::codec::Streaming<super::StreamMonotonicIdsResponse>>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/leaf.v1.Monotonic/StreamMonotonicIds",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("leaf.v1.Monotonic", "StreamMonotonicIds"));
+            self.inner.server_streaming(req, path, codec).await
+        }
+        /// Twin of `GET /v1/monotonic/{id}/decode`. Works while the mode is disabled.
+        pub async fn decode_monotonic(
+            &mut self,
+            request: impl tonic::IntoRequest<super::DecodeMonotonicRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::DecodeMonotonicResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/leaf.v1.Monotonic/DecodeMonotonic",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("leaf.v1.Monotonic", "DecodeMonotonic"));
+            self.inner.unary(req, path, codec).await
+        }
+    }
+}
+/// Generated server implementations.
+pub mod monotonic_server {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    /// Generated trait containing gRPC methods that should be implemented for use with MonotonicServer.
+    #[async_trait]
+    pub trait Monotonic: std::marker::Send + std::marker::Sync + 'static {
+        /// Twin of `GET /v1/monotonic?count=N`: `count` IDs, ascending.
+        async fn next_monotonic_ids(
+            &self,
+            request: tonic::Request<super::NextMonotonicIdsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::NextMonotonicIdsResponse>,
+            tonic::Status,
+        >;
+        /// Server streaming response type for the StreamMonotonicIds method.
+        type StreamMonotonicIdsStream: tonic::codegen::tokio_stream::Stream<
+                Item = std::result::Result<
+                    super::StreamMonotonicIdsResponse,
+                    tonic::Status,
+                >,
+            >
+            + std::marker::Send
+            + 'static;
+        /// Bulk load in chunks, as StreamSegmentIds: each chunk is one request to the leader, so the
+        /// chunks ascend too.
+        async fn stream_monotonic_ids(
+            &self,
+            request: tonic::Request<super::StreamMonotonicIdsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<Self::StreamMonotonicIdsStream>,
+            tonic::Status,
+        >;
+        /// Twin of `GET /v1/monotonic/{id}/decode`. Works while the mode is disabled.
+        async fn decode_monotonic(
+            &self,
+            request: tonic::Request<super::DecodeMonotonicRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::DecodeMonotonicResponse>,
+            tonic::Status,
+        >;
+    }
+    /// Monotonic IDs: every ID above every ID of a call that completed before this one began, on
+    /// any node of the cluster (linearizable), from one elected leader; the other nodes forward.
+    #[derive(Debug)]
+    pub struct MonotonicServer<T> {
+        inner: Arc<T>,
+        accept_compression_encodings: EnabledCompressionEncodings,
+        send_compression_encodings: EnabledCompressionEncodings,
+        max_decoding_message_size: Option<usize>,
+        max_encoding_message_size: Option<usize>,
+    }
+    impl<T> MonotonicServer<T> {
+        pub fn new(inner: T) -> Self {
+            Self::from_arc(Arc::new(inner))
+        }
+        pub fn from_arc(inner: Arc<T>) -> Self {
+            Self {
+                inner,
+                accept_compression_encodings: Default::default(),
+                send_compression_encodings: Default::default(),
+                max_decoding_message_size: None,
+                max_encoding_message_size: None,
+            }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> InterceptedService<Self, F>
+        where
+            F: tonic::service::Interceptor,
+        {
+            InterceptedService::new(Self::new(inner), interceptor)
+        }
+        /// Enable decompressing requests with the given encoding.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.accept_compression_encodings.enable(encoding);
+            self
+        }
+        /// Compress responses with the given encoding, if the client supports it.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.send_compression_encodings.enable(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.max_decoding_message_size = Some(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.max_encoding_message_size = Some(limit);
+            self
+        }
+    }
+    impl<T, B> tonic::codegen::Service<http::Request<B>> for MonotonicServer<T>
+    where
+        T: Monotonic,
+        B: Body + std::marker::Send + 'static,
+        B::Error: Into<StdError> + std::marker::Send + 'static,
+    {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(
+            &mut self,
+            _cx: &mut Context<'_>,
+        ) -> Poll<std::result::Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<B>) -> Self::Future {
+            match req.uri().path() {
+                "/leaf.v1.Monotonic/NextMonotonicIds" => {
+                    #[allow(non_camel_case_types)]
+                    struct NextMonotonicIdsSvc<T: Monotonic>(pub Arc<T>);
+                    impl<
+                        T: Monotonic,
+                    > tonic::server::UnaryService<super::NextMonotonicIdsRequest>
+                    for NextMonotonicIdsSvc<T> {
+                        type Response = super::NextMonotonicIdsResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::NextMonotonicIdsRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Monotonic>::next_monotonic_ids(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = NextMonotonicIdsSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/leaf.v1.Monotonic/StreamMonotonicIds" => {
+                    #[allow(non_camel_case_types)]
+                    struct StreamMonotonicIdsSvc<T: Monotonic>(pub Arc<T>);
+                    impl<
+                        T: Monotonic,
+                    > tonic::server::ServerStreamingService<
+                        super::StreamMonotonicIdsRequest,
+                    > for StreamMonotonicIdsSvc<T> {
+                        type Response = super::StreamMonotonicIdsResponse;
+                        type ResponseStream = T::StreamMonotonicIdsStream;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::ResponseStream>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::StreamMonotonicIdsRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Monotonic>::stream_monotonic_ids(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = StreamMonotonicIdsSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.server_streaming(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/leaf.v1.Monotonic/DecodeMonotonic" => {
+                    #[allow(non_camel_case_types)]
+                    struct DecodeMonotonicSvc<T: Monotonic>(pub Arc<T>);
+                    impl<
+                        T: Monotonic,
+                    > tonic::server::UnaryService<super::DecodeMonotonicRequest>
+                    for DecodeMonotonicSvc<T> {
+                        type Response = super::DecodeMonotonicResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::DecodeMonotonicRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Monotonic>::decode_monotonic(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = DecodeMonotonicSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                _ => {
+                    Box::pin(async move {
+                        let mut response = http::Response::new(
+                            tonic::body::Body::default(),
+                        );
+                        let headers = response.headers_mut();
+                        headers
+                            .insert(
+                                tonic::Status::GRPC_STATUS,
+                                (tonic::Code::Unimplemented as i32).into(),
+                            );
+                        headers
+                            .insert(
+                                http::header::CONTENT_TYPE,
+                                tonic::metadata::GRPC_CONTENT_TYPE,
+                            );
+                        Ok(response)
+                    })
+                }
+            }
+        }
+    }
+    impl<T> Clone for MonotonicServer<T> {
+        fn clone(&self) -> Self {
+            let inner = self.inner.clone();
+            Self {
+                inner,
+                accept_compression_encodings: self.accept_compression_encodings,
+                send_compression_encodings: self.send_compression_encodings,
+                max_decoding_message_size: self.max_decoding_message_size,
+                max_encoding_message_size: self.max_encoding_message_size,
+            }
+        }
+    }
+    /// Generated gRPC service name
+    pub const SERVICE_NAME: &str = "leaf.v1.Monotonic";
+    impl<T> tonic::server::NamedService for MonotonicServer<T> {
         const NAME: &'static str = SERVICE_NAME;
     }
 }
