@@ -97,6 +97,11 @@ impl LeafClient {
         self.block_on(async |c| c.snowflake_ids(n).await)
     }
 
+    /// `n` monotonic IDs, each above every ID of a call that completed before this one.
+    pub fn monotonic_ids(&self, n: usize) -> Result<Vec<i64>> {
+        self.block_on(async |c| c.monotonic_ids(n).await)
+    }
+
     /// A snowflake ID taken apart by a server.
     pub fn decode(&self, id: i64) -> Result<DecodedId> {
         self.block_on(async |c| c.decode(id).await)

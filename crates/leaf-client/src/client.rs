@@ -1,5 +1,5 @@
 //! `LeafClient`: segment IDs from memory over leased ranges (`segment()`), and the snowflake
-//! calls passed through to the servers (`snowflake_ids`, `decode`).
+//! calls passed through to the servers (`snowflake_ids`, `monotonic_ids`, `decode`).
 
 use std::sync::Arc;
 
@@ -120,6 +120,25 @@ impl LeafClient {
             Ok(ids)
         };
         self.get(format!("/v1/snowflake?count={n}"), accept).await
+    }
+
+    /// `n` monotonic IDs (`GET /v1/monotonic?count=n`; `n` from 1 to the servers'
+    /// `server.max_batch`), failing over like every call: ascending, and each above every ID of
+    /// a call that completed before this one began, whichever server answered it (the servers
+    /// forward to their elected leader). A call failed over to another server is a new request;
+    /// what the first may have issued is never handed out.
+    pub async fn monotonic_ids(&self, n: usize) -> Result<Vec<i64>> {
+        if n == 0 {
+            return Err(Error::InvalidInput("count must be at least 1".into()));
+        }
+        let accept = |body: &Bytes| {
+            let ids = json::<IdsJson>(body)?.ids;
+            if ids.len() != n || ids.windows(2).any(|w| w[1] <= w[0]) {
+                return Err(format!("{} monotonic ids, not {n} ascending", ids.len()));
+            }
+            Ok(ids)
+        };
+        self.get(format!("/v1/monotonic?count={n}"), accept).await
     }
 
     /// A snowflake ID taken apart by a server, with its configured layout and epoch

@@ -423,3 +423,37 @@ async fn a_foreign_4xx_moves_on_to_the_next_server() {
         assert!(status_now[0].failed >= 1, "{status}: {status_now:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monotonic_ids_of_concurrent_callers_keep_real_time_order() {
+    use leaf_testkit::history::{Recorder, check, describe};
+    use std::time::Instant;
+
+    let cluster = Cluster::start(1, &[]);
+    let c = client(cluster.urls()).build().unwrap();
+    let history = std::sync::Arc::new(Recorder::new());
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            let (c, history) = (c.clone(), history.clone());
+            tokio::spawn(async move {
+                for k in 0..100 {
+                    let n = 1 + (t * 13 + k) % 50;
+                    let invoked = Instant::now();
+                    let ids = c.monotonic_ids(n).await.unwrap();
+                    assert_eq!(ids.len(), n);
+                    history.record(&format!("task {t}"), "server", invoked, Instant::now(), ids);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let ops = history.ops();
+    let checked = check(&ops).unwrap_or_else(|v| panic!("{}", describe(&ops, &v)));
+    assert_eq!(checked.requests, 400);
+    for n in [0, 10_001] {
+        let e = c.monotonic_ids(n).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidInput(_)), "{n}: {e}");
+    }
+}

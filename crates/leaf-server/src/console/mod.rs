@@ -67,6 +67,18 @@ pub(super) async fn index(
             };
             (mode, generator.map(|g| g.worker_id()))
         }),
+        monotonic: state
+            .monotonic_service()
+            .map(|m| match (m.status(), m.refused_reason()) {
+                (Some(st), _) if st.leader => pages::MonotonicLine::Leading {
+                    window_end_ms: st.window_end_ms,
+                    elections: st.elections,
+                },
+                (Some(st), _) => pages::MonotonicLine::Following {
+                    leader: st.leader_hint,
+                },
+                (None, why) => pages::MonotonicLine::Refused(why.unwrap_or_default().to_string()),
+            }),
         grpc: state.grpc().is_some(),
     };
     Ok(Html(pages::index_page(&info, now_ms(), refresh)))

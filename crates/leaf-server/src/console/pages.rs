@@ -45,8 +45,20 @@ pub(crate) struct NodeInfo<'a> {
     pub segment: Option<ModeInfo<'a>>,
     /// Snowflake mode, `None` when disabled; the worker id once one is held.
     pub snowflake: Option<(ModeInfo<'a>, Option<u64>)>,
+    /// The monotonic mode, `None` when disabled.
+    pub monotonic: Option<MonotonicLine>,
     /// Whether the gRPC API is served (`server.grpc`).
     pub grpc: bool,
+}
+
+/// The monotonic mode's line of the index.
+pub(crate) enum MonotonicLine {
+    /// This node leads: its window's end (Unix ms) and how many times it was elected.
+    Leading { window_end_ms: u64, elections: u64 },
+    /// Another node leads (its identity when known).
+    Following { leader: Option<String> },
+    /// The workerId mode cannot elect a leader: why.
+    Refused(String),
 }
 
 /// `/`: the node, its modes and their readiness, and the way to every page.
@@ -103,11 +115,46 @@ pub(crate) fn index_page(node: &NodeInfo<'_>, now_ms: u64, refresh_s: Option<u32
         }
         None => b.push_str("<dt>Snowflake mode</dt><dd class=\"muted\">disabled</dd>"),
     }
+    match &node.monotonic {
+        Some(MonotonicLine::Leading {
+            window_end_ms,
+            elections,
+        }) => {
+            let _ = write!(
+                b,
+                "<dt>Monotonic IDs</dt><dd><span class=\"ok\">this node leads</span> \
+                 (elected {elections} time{}); window confirmed until {}</dd>",
+                if *elections == 1 { "" } else { "s" },
+                time(*window_end_ms, now_ms),
+            );
+        }
+        Some(MonotonicLine::Following { leader }) => {
+            let _ = write!(
+                b,
+                "<dt>Monotonic IDs</dt><dd>following: requests are forwarded to {}</dd>",
+                match leader {
+                    Some(l) => format!("<code>{}</code>", escape(l)),
+                    None => "<span class=\"bad\">no leader known yet</span>".into(),
+                }
+            );
+        }
+        Some(MonotonicLine::Refused(why)) => {
+            let _ = write!(
+                b,
+                "<dt>Monotonic IDs</dt><dd class=\"bad\">not served: {}</dd>",
+                escape(why)
+            );
+        }
+        None => b.push_str(
+            "<dt>Monotonic IDs</dt><dd class=\"muted\">disabled (<code>monotonic.enabled = \
+             false</code>)</dd>",
+        ),
+    }
     if node.grpc {
         b.push_str(
             "<dt>gRPC</dt><dd>on, this port (<code>application/grpc</code>): \
              <code>leaf.v1.Segment</code>, <code>leaf.v1.Snowflake</code>, \
-             <code>leaf.v1.Admin</code>, health, reflection</dd>",
+             <code>leaf.v1.Monotonic</code>, <code>leaf.v1.Admin</code>, health, reflection</dd>",
         );
     } else {
         b.push_str("<dt>gRPC</dt><dd class=\"muted\">off (<code>server.grpc = false</code>)</dd>");
@@ -477,6 +524,7 @@ mod tests {
             started_ms: NOW,
             segment: None,
             snowflake: None,
+            monotonic: None,
             grpc,
             one_node: &[],
         };
@@ -487,6 +535,51 @@ mod tests {
             off.contains("off (<code>server.grpc = false</code>)"),
             "{off}"
         );
+    }
+
+    #[test]
+    fn the_index_says_who_leads_the_monotonic_ids() {
+        let node = |monotonic| NodeInfo {
+            name: "leaf",
+            version: "0",
+            identity: None,
+            listen: "0.0.0.0:8080".into(),
+            started_ms: NOW,
+            segment: None,
+            snowflake: None,
+            monotonic,
+            grpc: true,
+            one_node: &[],
+        };
+        let lines = [
+            (
+                Some(MonotonicLine::Leading {
+                    window_end_ms: NOW + 3_000,
+                    elections: 1,
+                }),
+                "this node leads</span> (elected 1 time); window confirmed until \
+                 2026-11-18 11:06:43 UTC (in 3 s)",
+            ),
+            (
+                Some(MonotonicLine::Following {
+                    leader: Some("10.0.0.2:8080".into()),
+                }),
+                "forwarded to <code>10.0.0.2:8080</code>",
+            ),
+            (
+                Some(MonotonicLine::Following { leader: None }),
+                "no leader known yet",
+            ),
+            (
+                Some(MonotonicLine::Refused("<mysql> cannot".into())),
+                "not served: &lt;mysql&gt; cannot",
+            ),
+            (None, "<code>monotonic.enabled = false</code>"),
+        ];
+        for (line, shown) in lines {
+            let html = index_page(&node(line), NOW, None);
+            assert!(html.contains(shown), "{shown}: {html}");
+        }
     }
 
     #[test]

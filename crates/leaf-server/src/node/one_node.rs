@@ -29,6 +29,15 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
             others("snowflake.mode", "local")
         ));
     }
+    if config.monotonic.enabled && config.snowflake.mode == "local" {
+        out.push(
+            "monotonic IDs run on the local workerId mode: this node is its own leader, so its \
+             IDs are in order among its own answers only, and a second node's interleave with \
+             them. For a cluster, set snowflake.mode to zk_recycle, etcd or redis (or \
+             monotonic.enabled = false)"
+                .to_owned(),
+        );
+    }
     out
 }
 
@@ -77,21 +86,24 @@ mod tests {
         crate::compose::config::load(None, env).unwrap().config
     }
 
-    /// `(segment warned, snowflake warned)` for the configuration of `vars`.
-    fn check(vars: &[(&str, &str)], expect: (bool, bool)) {
+    /// `(segment warned, snowflake warned, monotonic warned)` for the configuration of `vars`.
+    fn check(vars: &[(&str, &str)], expect: (bool, bool, bool)) {
         let w = warnings(&loaded(vars));
         let got = (
             w.iter().any(|m| m.starts_with("segment mode")),
             w.iter().any(|m| m.starts_with("snowflake mode")),
+            w.iter().any(|m| m.starts_with("monotonic IDs")),
         );
         assert_eq!(got, expect, "{vars:?}: {w:?}");
-        assert_eq!(w.len(), usize::from(got.0) + usize::from(got.1), "{w:?}");
+        let n = usize::from(got.0) + usize::from(got.1) + usize::from(got.2);
+        assert_eq!(w.len(), n, "{w:?}");
     }
 
     #[test]
     fn the_defaults_warn_for_both_modes_naming_what_to_set() {
         let w = warnings(&Config::default());
-        assert_eq!(w.len(), 2, "{w:?}");
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[2].contains("monotonic.enabled = false"), "{}", w[2]);
         assert!(w[0].contains("segment.store") && w[0].contains("segment.url"));
         assert!(w[1].contains("snowflake.local.worker_id") && w[1].contains("snowflake.mode"));
         // The shared ones, from the table of backends.
@@ -102,28 +114,38 @@ mod tests {
         );
         let modes = "(zk_normal, zk_recycle, mysql, postgres, etcd or redis)";
         assert!(w[1].contains(modes), "{}", w[1]);
-        check(&[], (true, true));
+        check(&[], (true, true, true));
     }
 
     #[test]
     fn shared_stores_and_own_worker_ids_are_not_warned_about() {
         let mysql = ("LEAF_SEGMENT__STORE", "mysql");
-        check(&[mysql], (false, true));
-        check(&[("LEAF_SEGMENT__ENABLED", "false")], (false, true));
-        check(&[("LEAF_SNOWFLAKE__ENABLED", "false")], (true, false));
-        check(&[("LEAF_SNOWFLAKE__MODE", "zk_recycle")], (true, false));
-        check(&[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID", "3")], (true, false));
+        check(&[mysql], (false, true, true));
+        check(&[("LEAF_SEGMENT__ENABLED", "false")], (false, true, true));
+        check(&[("LEAF_SNOWFLAKE__ENABLED", "false")], (true, false, true));
+        check(
+            &[("LEAF_SNOWFLAKE__MODE", "zk_recycle")],
+            (true, false, false),
+        );
+        check(
+            &[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID", "3")],
+            (true, false, true),
+        );
+        check(&[("LEAF_MONOTONIC__ENABLED", "false")], (true, true, false));
         check(
             &[(
                 "LEAF_SNOWFLAKE__LOCAL__WORK_ID_MAP",
                 "{\"10.0.0.1:8080\" = 0}",
             )],
-            (true, false),
+            (true, false, true),
         );
         check(
             &[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_FROM", "hostname_ordinal")],
-            (true, false),
+            (true, false, true),
         );
-        check(&[mysql, ("LEAF_SNOWFLAKE__MODE", "mysql")], (false, false));
+        check(
+            &[mysql, ("LEAF_SNOWFLAKE__MODE", "mysql")],
+            (false, false, false),
+        );
     }
 }
