@@ -109,3 +109,27 @@ async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release()
     )
     .await;
 }
+
+/// The monotonic mode on three nodes, each reaching etcd through a proxy: the leader's link
+/// stalled then delivered late, the next leader's cut, then every link cut; the clients'
+/// history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_partitions() {
+    let ns = namespace().await;
+    let name = leaf_name();
+    let target = ns.endpoints[0].trim_start_matches("http://").to_string();
+    let prefix = ns.prefix.clone();
+    common::monotonic::run_partitions(
+        "etcd",
+        &target,
+        move |dir, n, addr| {
+            let through = EtcdNamespace {
+                endpoints: vec![format!("http://{addr}")],
+                prefix: prefix.clone(),
+            };
+            spawn(dir, n, &through, &name, &[common::monotonic::LONG_WINDOW])
+        },
+        Duration::from_millis(TTL_MS.parse().unwrap()),
+    )
+    .await;
+}

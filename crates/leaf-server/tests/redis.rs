@@ -147,3 +147,23 @@ async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release()
     )
     .await;
 }
+
+/// The monotonic mode on three nodes, each reaching Redis through a proxy: the leader's link
+/// stalled then delivered late, the next leader's cut, then every link cut; the clients'
+/// history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_partitions() {
+    let ns = namespace().await;
+    let target = ns.url.trim_start_matches("redis://").to_string();
+    let prefix = ns.prefix.clone();
+    common::monotonic::run_partitions(
+        "redis",
+        &target,
+        move |dir, n, addr| {
+            let url = format!("redis://{addr}");
+            spawn(dir, n, &url, &prefix, &[common::monotonic::LONG_WINDOW])
+        },
+        Duration::from_millis(TTL_MS.parse().unwrap()),
+    )
+    .await;
+}

@@ -167,3 +167,30 @@ async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release()
     )
     .await;
 }
+
+/// The monotonic mode on three `zk_recycle` nodes, each reaching ZooKeeper through a proxy:
+/// the leader's link stalled then delivered late, the next leader's cut, then every link cut;
+/// the clients' history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_partitions() {
+    let ns = namespace().await;
+    let root = ns.root.clone();
+    common::monotonic::run_partitions(
+        "zk_recycle",
+        &ns.connect,
+        move |dir, n, addr| {
+            let env = [
+                ("LEAF_SNOWFLAKE__MODE", "zk_recycle"),
+                ("LEAF_SNOWFLAKE__IP", "127.0.0.1"),
+                ("LEAF_SNOWFLAKE__ZK__ADDRESS", addr),
+                ("LEAF_SNOWFLAKE__ZK__ROOT", root.as_str()),
+                ("LEAF_SNOWFLAKE__ZK__RECYCLE_IDLE_TIMEOUT_MS", "4000"),
+                ("LEAF_SNOWFLAKE__ZK__SESSION_TIMEOUT_MS", "4000"),
+                common::monotonic::LONG_WINDOW,
+            ];
+            Server::spawn(dir, free_port(), n, &env)
+        },
+        Duration::from_millis(4000),
+    )
+    .await;
+}

@@ -110,6 +110,11 @@ impl Recorder {
         self.ops.lock().unwrap_or_else(|p| p.into_inner()).push(op);
     }
 
+    /// The instant the history's times count from.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
     /// The history so far.
     pub fn ops(&self) -> Vec<Op> {
         self.ops.lock().unwrap_or_else(|p| p.into_inner()).clone()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leaf_core::WorkerIdRegistry;
-use leaf_snowflake::monotonic::{Leader, LeaderConfig, MonotonicLayout, Refusal};
+use leaf_snowflake::monotonic::{Leader, LeaderConfig, MAX_ISSUE, MonotonicLayout, Refusal};
 
 use crate::RegistryFixture;
 use crate::history::{Recorder, check, describe};
@@ -23,6 +23,7 @@ fn leader(fixture: &dyn RegistryFixture, registry: Arc<dyn WorkerIdRegistry>, i:
     // A window longer than any lease here: a frozen leader's window outlives its lease, so
     // that only the fence stops it.
     config.window = Duration::from_secs(60);
+    config.max_ahead = Duration::from_secs(120);
     Leader::new(registry, fixture.identity(i), fixture.clock(), config)
 }
 
@@ -44,6 +45,19 @@ async fn take(history: &Recorder, name: &str, node: &Leader, n: u64, times: usiz
         }
     }
     last
+}
+
+/// Makes `node` issue (unrecorded) until its IDs run `ms` ahead of `clock`: the last ID. A new
+/// leader's first ID is then above it only if it started above the confirmed window, not by
+/// its clock.
+async fn run_ahead(node: &Leader, clock: &dyn leaf_core::Clock, ms: u64) -> i64 {
+    let target = clock.now_ms() + ms;
+    loop {
+        let ids = node.issue(MAX_ISSUE).await.expect("within the window");
+        if LAYOUT.ms_of(*ids.end()) >= target {
+            return *ids.end() as i64;
+        }
+    }
 }
 
 /// Records one request that must be refused, and what refused it.
@@ -85,17 +99,23 @@ pub async fn a_monotonic_claim_taken_over_after_a_freeze_or_a_crash_keeps_ids_in
         refused(&history, "b", &b).await,
         Refusal::NotLeader { leader: leads }
     );
-    let last_a = take(&history, "a", &a, 100, 20).await;
-    assert!(!last_a.is_empty());
+    assert!(!take(&history, "a", &a, 100, 20).await.is_empty());
+    // A runs ahead of the clock, further than the takeover takes.
+    let ttl = Duration::from_millis(a.status().lease_ttl_ms.expect("a recycled claim has a ttl"));
+    let ahead_ms = ttl.as_millis() as u64 + 5_000;
+    let last_a = run_ahead(&a, &*fixture.clock(), ahead_ms).await;
 
     // A freezes: nothing renews its lease until the registry lets it go.
-    let ttl = Duration::from_millis(a.status().lease_ttl_ms.expect("a recycled claim has a ttl"));
     fixture.let_expire(ttl).await;
     b.step()
         .await
         .expect("the claim is free once the lease ended");
     let first_b = take(&history, "b", &b, 1, 1).await;
-    assert!(first_b[0] > *last_a.last().unwrap());
+    assert!(
+        first_b[0] > last_a,
+        "the new leader started at {}, below the old one's {last_a}: not above its window",
+        first_b[0]
+    );
     take(&history, "b", &b, 100, 20).await;
     // A thaws: a request reaches it before its renewal does. Past its fence it must refuse;
     // had it answered, its IDs would be below B's, and the history check says so.
@@ -106,7 +126,8 @@ pub async fn a_monotonic_claim_taken_over_after_a_freeze_or_a_crash_keeps_ids_in
         refused(&history, "a", &a).await,
         Refusal::NotLeader { .. }
     ));
-    let last_b = take(&history, "b", &b, 7, 10).await;
+    take(&history, "b", &b, 7, 10).await;
+    let last_b = run_ahead(&b, &*fixture.clock(), ahead_ms + 20_000).await;
 
     // B crashes: no release; its claim ends with its lease.
     let ttl = Duration::from_millis(b.status().lease_ttl_ms.expect("ttl"));
@@ -117,7 +138,7 @@ pub async fn a_monotonic_claim_taken_over_after_a_freeze_or_a_crash_keeps_ids_in
         .await
         .expect("the claim is free once the lease ended");
     let first_c = take(&history, "c", &c, 1, 1).await;
-    assert!(first_c[0] > *last_b.last().unwrap());
+    assert!(first_c[0] > last_b, "{} <= {last_b}", first_c[0]);
     take(&history, "c", &c, 50, 10).await;
     let ids = checked(&history);
     assert!(thawed.is_empty(), "a leader past its fence refuses");
@@ -134,7 +155,8 @@ pub async fn a_released_monotonic_claim_goes_to_the_next_node_at_once(
     let a = leader(fixture, fixture.node().await, 1);
     let b = leader(fixture, fixture.node().await, 2);
     a.step().await.expect("elected");
-    let last_a = take(&history, "a", &a, 1000, 5).await;
+    take(&history, "a", &a, 1000, 5).await;
+    let last_a = run_ahead(&a, &*fixture.clock(), 10_000).await;
     a.shutdown().await.expect("the claim is released");
     assert!(matches!(
         refused(&history, "a", &a).await,
@@ -142,7 +164,11 @@ pub async fn a_released_monotonic_claim_goes_to_the_next_node_at_once(
     ));
     b.step().await.expect("a released claim is free at once");
     let first_b = take(&history, "b", &b, 1, 1).await;
-    assert!(first_b[0] > *last_a.last().unwrap());
+    assert!(
+        first_b[0] > last_a,
+        "{} <= {last_a}: below the final mark",
+        first_b[0]
+    );
     take(&history, "b", &b, 1000, 5).await;
     assert_eq!(checked(&history), 5 * 1000 + 1 + 5 * 1000);
     b.shutdown().await.expect("release");

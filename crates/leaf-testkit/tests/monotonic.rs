@@ -63,30 +63,45 @@ async fn a_new_leader_whose_clock_is_behind_starts_above_the_old_one() {
 }
 
 #[tokio::test]
-async fn a_spent_window_is_renewed_on_demand_and_never_passed() {
+async fn a_spent_window_is_renewed_on_demand_never_passed_and_never_run_past_the_clock() {
     let pool = MemoryRegistryPool::new(true);
     let clock = pool.clock().clone();
     let a = node(&pool, 1, clock.clone());
     a.step().await.unwrap();
     let first = a.status();
     // The clock does not move: 4M IDs a millisecond carry on through the window's
-    // milliseconds, and each time the window is spent a request renews it.
+    // milliseconds, and each time the window is spent a request renews it, until the IDs
+    // would run a whole window (3 s) ahead of the clock: then requests are refused.
     let mut last = 0;
-    for _ in 0..4_000 {
-        let ids = a.issue(MAX_ISSUE).await.expect("renewed on demand");
-        assert!(*ids.start() > last);
-        last = *ids.end();
-        assert!(
-            LAYOUT.ms_of(last) < a.status().window_end_ms,
-            "no ID reaches the confirmed window"
-        );
-    }
-    let after = a.status();
-    assert!(after.window_renewals > first.window_renewals);
+    let mut issued = 0;
+    let refusal = loop {
+        match a.issue(MAX_ISSUE).await {
+            Ok(ids) => {
+                assert!(*ids.start() > last);
+                last = *ids.end();
+                issued += 1;
+                assert!(
+                    LAYOUT.ms_of(last) < a.status().window_end_ms,
+                    "no ID reaches the confirmed window"
+                );
+            }
+            Err(r) => break r,
+        }
+        assert!(issued < 10_000, "never refused");
+    };
     assert!(
-        LAYOUT.ms_of(last) >= clock.now_ms() + 3_000,
-        "the IDs ran ahead of the clock"
+        matches!(refusal, Refusal::Unavailable(ref why) if why.contains("ahead of the clock")),
+        "{refusal:?}"
     );
+    let ahead = LAYOUT.ms_of(last) - clock.now_ms();
+    assert!((2_990..3_000).contains(&ahead), "{ahead} ms ahead");
+    // The clock moves on: the spent window is renewed by the next request, and IDs go on
+    // above the last.
+    clock.advance(Duration::from_millis(1_000));
+    let next = a.issue(1).await.expect("the clock caught up");
+    assert!(*next.start() > last);
+    assert!(a.status().window_renewals > first.window_renewals);
+    assert!(LAYOUT.ms_of(*next.end()) < a.status().window_end_ms);
     assert_eq!(
         a.issue(MAX_ISSUE + 1).await,
         Err(Refusal::TooMany { max: MAX_ISSUE })
@@ -110,4 +125,46 @@ async fn a_leader_cut_off_from_its_backend_stops_at_its_fence_and_resumes_when_r
     a.step().await.unwrap();
     assert!(a.status().leader);
     a.issue(1).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_claim_whose_window_is_far_ahead_of_the_clock_is_not_taken_up() {
+    let pool = MemoryRegistryPool::new(true);
+    let history = Recorder::new();
+    let a = node(&pool, 1, pool.clock().clone());
+    a.step().await.unwrap();
+    let last_a = *take(&history, "a", &a, 10).await.last().unwrap();
+    let ttl = Duration::from_millis(a.status().lease_ttl_ms.unwrap());
+    drop(a);
+    pool.clock().advance(ttl);
+    // B's clock is a minute behind the window A confirmed: B does not lead, and says why.
+    let b_clock = ManualClock::new(pool.clock().now_ms() - 60_000);
+    let b = node(&pool, 2, b_clock.clone());
+    let e = b.step().await.unwrap_err();
+    assert!(e.to_string().contains("ahead of this node's clock"), "{e}");
+    assert!(matches!(b.issue(1).await, Err(Refusal::NotLeader { .. })));
+    // Its clock catches up: it leads, above A.
+    b_clock.advance(Duration::from_secs(60));
+    b.step().await.unwrap();
+    let first_b = take(&history, "b", &b, 1).await;
+    assert!(first_b[0] > last_a);
+}
+
+#[tokio::test]
+async fn a_node_never_takes_its_own_old_claim_for_a_leader_to_forward_to() {
+    let pool = MemoryRegistryPool::new(true);
+    let a = node(&pool, 1, pool.clock().clone());
+    a.step().await.unwrap();
+    // The same identity starts again (a restart) while its old claim lives on.
+    let again = node(&pool, 1, pool.clock().clone());
+    assert!(again.step().await.is_err());
+    assert_eq!(again.status().leader_hint, None);
+    assert_eq!(
+        again.issue(1).await,
+        Err(Refusal::NotLeader { leader: None })
+    );
+    // Another identity is told who leads.
+    let b = node(&pool, 2, pool.clock().clone());
+    assert!(b.step().await.is_err());
+    assert_eq!(b.status().leader_hint.as_deref(), Some("10.0.0.1:1"));
 }

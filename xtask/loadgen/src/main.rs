@@ -6,11 +6,11 @@
 //!
 //! ```text
 //! leaf-loadgen ADDR KIND [--connections N] [--seconds S] [--tag T] [--count N] [--chunk N]
-//!                        [--ca FILE]
+//!                        [--path P] [--ca FILE]
 //! ```
 //!
 //! KIND: `http` (`GET /api/segment/get/{tag}`, or `/v1/segment/{tag}?count=N` when `--count`
-//! is above 1), `grpc` (`NextSegmentIds { tag, count }`) or `grpc-stream`
+//! is above 1, or `--path P`, any route, each answer counted as `--count` IDs), `grpc` (`NextSegmentIds { tag, count }`) or `grpc-stream`
 //! (`StreamSegmentIds { tag, count, chunk }`, one stream after another); `connect` (a new
 //! connection for every request: TCP connect, the TLS handshake with `--ca`, one `GET
 //! /api/segment/get/{tag}` with `Connection: close`, its latency the whole connection's); and
@@ -75,6 +75,9 @@ struct Options {
     tag: String,
     count: u32,
     chunk: u32,
+    /// `--path`: the `http` kind's route instead of the segment ones (`--count` then says how
+    /// many IDs an answer holds).
+    path: Option<String>,
     /// `--ca`: the TLS client.
     tls: Option<Arc<rustls::ClientConfig>>,
 }
@@ -102,6 +105,7 @@ fn parse() -> Result<Options> {
         tag: "leaf-segment-test".into(),
         count: 1,
         chunk: 0,
+        path: None,
         tls: None,
     };
     while let Some(flag) = args.next() {
@@ -119,6 +123,7 @@ fn parse() -> Result<Options> {
             "--count" => o.count = number()? as u32,
             "--chunk" => o.chunk = number()? as u32,
             "--tag" => o.tag = value,
+            "--path" => o.path = Some(value),
             "--ca" => {
                 let alpn: &[u8] = match o.kind {
                     Kind::Grpc | Kind::GrpcStream => b"h2",
@@ -357,10 +362,10 @@ where
 {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     tokio::spawn(conn);
-    let path = if o.count > 1 {
-        format!("/v1/segment/{}?count={}", o.tag, o.count)
-    } else {
-        format!("/api/segment/get/{}", o.tag)
+    let path = match &o.path {
+        Some(path) => path.clone(),
+        None if o.count > 1 => format!("/v1/segment/{}?count={}", o.tag, o.count),
+        None => format!("/api/segment/get/{}", o.tag),
     };
     let host = o.addr.to_string();
     let mut t = Tally::default();

@@ -25,6 +25,10 @@
 //! `cargo xtask bench-http --formatted`: a business tag's formatted IDs beside a plain tag's
 //! on one server, by `leaf-loadgen` as well (`formatted.rs`).
 //!
+//! `cargo xtask bench-http --monotonic`: monotonic IDs on the leader and through followers
+//! (with and without coalescing) beside snowflake IDs, three servers on one Redis, by
+//! `leaf-loadgen` (`monotonic.rs`).
+//!
 //! `cargo xtask bench-http --tls`: TLS on the port beside plaintext in one session, two
 //! servers of one binary, HTTP/1.1 and gRPC, steady state and new connections, by
 //! `leaf-loadgen` (`tls.rs`; `oha` is not needed for it).
@@ -33,6 +37,7 @@ mod compare;
 mod default_run;
 mod formatted;
 mod grpc;
+mod monotonic;
 mod oha;
 mod server;
 mod snowflake_load;
@@ -56,7 +61,7 @@ const BATCH: &str = "/v1/segment/leaf-segment-test?count=1000";
 const SNOWFLAKE_BATCH: &str = "/v1/snowflake?count=10000";
 
 /// `bench-http [SECONDS] [--store NAME]... [--snowflake-load [--server PATH]] [--grpc]
-/// [--formatted] [--tls]`, NAME being `sqlite` or a backend row's store that the benchmark takes.
+/// [--formatted] [--tls] [--monotonic]`, NAME being `sqlite` or a backend row's store that the benchmark takes.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 10;
     let mut stores: Vec<String> = Vec::new();
@@ -65,6 +70,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut grpc = false;
     let mut formatted = false;
     let mut tls = false;
+    let mut monotonic = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -80,6 +86,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             "--grpc" => grpc = true,
             "--formatted" => formatted = true,
             "--tls" => tls = true,
+            "--monotonic" => monotonic = true,
             "--server" => {
                 server = Some(
                     it.next()
@@ -105,6 +112,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     }
     if tls {
         return tls::compare_tls(root, seconds);
+    }
+    if monotonic {
+        return monotonic::compare_monotonic(root, seconds);
     }
     if Command::new("oha").arg("--version").output().is_err() {
         bail!("oha is not installed: cargo install oha --locked");

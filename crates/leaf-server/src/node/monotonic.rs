@@ -43,6 +43,8 @@ pub struct MonotonicService {
 #[derive(Debug)]
 struct Inner {
     serving: Serving,
+    /// `monotonic.coalesce`: requests that wait together go in one call.
+    coalesce: bool,
     forward: Forwarder,
     counters: Counters,
 }
@@ -72,19 +74,20 @@ pub struct Counters {
 impl MonotonicService {
     /// A node that takes part in the election through `leader`. `client_tokens` are the
     /// tokens this node presents to the leader when it forwards.
-    pub(crate) fn elected(leader: Leader, client_tokens: Arc<TokenSets>) -> Self {
-        Self::with(Serving::Elected(leader), client_tokens)
+    pub(crate) fn elected(leader: Leader, client_tokens: Arc<TokenSets>, coalesce: bool) -> Self {
+        Self::with(Serving::Elected(leader), client_tokens, coalesce)
     }
 
     /// A node whose workerId mode cannot elect a leader: every request is answered with `why`.
     pub(crate) fn refused(why: String, client_tokens: Arc<TokenSets>) -> Self {
-        Self::with(Serving::Refused(why), client_tokens)
+        Self::with(Serving::Refused(why), client_tokens, true)
     }
 
-    fn with(serving: Serving, tokens: Arc<TokenSets>) -> Self {
+    fn with(serving: Serving, tokens: Arc<TokenSets>, coalesce: bool) -> Self {
         MonotonicService {
             inner: Arc::new(Inner {
                 serving,
+                coalesce,
                 forward: Forwarder {
                     tokens,
                     link: tokio::sync::Mutex::new(None),
@@ -140,6 +143,18 @@ impl MonotonicService {
             Ok(ids) => {
                 self.inner.counters.issued.fetch_add(n, Ordering::Relaxed);
                 Ok(ids)
+            }
+            Err(Refusal::NotLeader { leader: Some(addr) }) if !self.inner.coalesce => {
+                // One call per request (`monotonic.coalesce = false`), for comparison.
+                let c = &self.inner.counters;
+                c.forwarded_calls.fetch_add(1, Ordering::Relaxed);
+                c.forwarded_requests.fetch_add(1, Ordering::Relaxed);
+                c.forwarded_ids.fetch_add(n, Ordering::Relaxed);
+                let answer = self.inner.forward.call(&addr, n).await;
+                if answer.is_err() {
+                    c.forward_failures.fetch_add(1, Ordering::Relaxed);
+                }
+                answer
             }
             Err(Refusal::NotLeader { leader: Some(_) }) => {
                 Arc::clone(&self.inner).forwarded(n).await
@@ -283,7 +298,7 @@ impl Inner {
                         tokio::select! {
                             r = self.forward.call(&addr, total) => r,
                             () = moved => {
-                                self.forward.forget(&addr).await;
+                                self.forward.forget(&authority(&addr)).await;
                                 Err(ApiError::unavailable(
                                     CODE_NOT_LEADER,
                                     format!("{addr} stopped leading before it answered"),
@@ -335,8 +350,9 @@ impl Forwarder {
                 1,
             )
         };
-        let mut sender = self.sender(addr).await.map_err(unreachable)?;
-        let mut req = Request::get(format!("http://{addr}{RANGE_ROUTE}?count={n}"))
+        let authority = authority(addr);
+        let mut sender = self.sender(&authority).await.map_err(unreachable)?;
+        let mut req = Request::get(format!("http://{authority}{RANGE_ROUTE}?count={n}"))
             .body(Empty::<Bytes>::new())
             .map_err(|e| unreachable(e.to_string()))?;
         if let Some(token) = self.tokens.client.first()
@@ -359,11 +375,11 @@ impl Forwarder {
         let (status, body) = match answer {
             Ok(Ok(a)) => a,
             Ok(Err(why)) => {
-                self.forget(addr).await;
+                self.forget(&authority).await;
                 return Err(unreachable(why));
             }
             Err(_) => {
-                self.forget(addr).await;
+                self.forget(&authority).await;
                 return Err(unreachable("no answer in time".into()));
             }
         };
@@ -379,7 +395,9 @@ impl Forwarder {
         }
         let (first, last) = (json["first"].as_u64(), json["last"].as_u64());
         match (first, last) {
-            (Some(first), Some(last)) if last >= first && last - first + 1 == n => {
+            (Some(first), Some(last))
+                if last.checked_sub(first) == Some(n - 1) && i64::try_from(last).is_ok() =>
+            {
                 if self.failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(leader = addr, "monotonic forwarding works again");
                 }
@@ -422,5 +440,27 @@ impl Forwarder {
         if link.as_ref().is_some_and(|(a, _)| a == addr) {
             *link = None;
         }
+    }
+}
+
+/// An identity `ip:port` as the authority of a URI and a socket address: an IPv6 address in
+/// brackets (`[2001:db8::5]:8080`).
+fn authority(identity: &str) -> String {
+    match identity.rsplit_once(':') {
+        Some((ip, port)) if ip.contains(':') && !ip.starts_with('[') => format!("[{ip}]:{port}"),
+        _ => identity.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::authority;
+
+    #[test]
+    fn identities_become_authorities() {
+        assert_eq!(authority("10.0.0.1:8080"), "10.0.0.1:8080");
+        assert_eq!(authority("2001:db8::5:8080"), "[2001:db8::5]:8080");
+        assert_eq!(authority("[::1]:8080"), "[::1]:8080");
+        assert_eq!(authority("::1:80"), "[::1]:80");
     }
 }

@@ -29,16 +29,41 @@ pub(crate) fn warnings(config: &Config) -> Vec<String> {
             others("snowflake.mode", "local")
         ));
     }
-    if config.monotonic.enabled && config.snowflake.mode == "local" {
+    if config.monotonic.enabled
+        && config.snowflake.mode == "local"
+        && local_monotonic_refusal(config).is_none()
+    {
         out.push(
-            "monotonic IDs run on the local workerId mode: this node is its own leader, so its \
-             IDs are in order among its own answers only, and a second node's interleave with \
-             them. For a cluster, set snowflake.mode to zk_recycle, etcd or redis (or \
-             monotonic.enabled = false)"
+            "monotonic IDs run on the local workerId mode: this node is its own leader, and a \
+             second node on the default would issue the same monotonic IDs. For a cluster, set \
+             snowflake.mode to zk_recycle, etcd or redis (or monotonic.enabled = false)"
                 .to_owned(),
         );
     }
     out
+}
+
+/// Why monotonic IDs are not served on the `local` workerId mode of `config`, if they are not.
+/// Every `local` node is its own leader and its IDs carry no worker id, so two nodes issue the
+/// same ones: they are served only on the embedded one-node default (the SQLite store and
+/// worker id 0 from `worker_id` alone), where a second node would repeat the other modes' IDs
+/// too, and where the start-up warnings say so. A configuration made for several nodes (a
+/// shared segment store, a worker id of its own, a map, a host-name ordinal) is refused.
+pub(crate) fn local_monotonic_refusal(config: &Config) -> Option<String> {
+    if !config.monotonic.enabled || config.snowflake.mode != "local" {
+        return None;
+    }
+    if config.segment.store == "sqlite" && on_default_worker_id(config) {
+        return None;
+    }
+    Some(
+        "monotonic IDs are not served on the local workerId mode outside the one-node default \
+         (segment.store = \"sqlite\" and snowflake.local.worker_id = 0): every local node is \
+         its own leader, and several would issue the same IDs. Set snowflake.mode to \
+         zk_recycle, etcd or redis to elect one leader for the cluster (monotonic.enabled = \
+         false silences this)"
+            .to_owned(),
+    )
 }
 
 /// The names `key` takes in the table of backends but `one`, as prose: `a, b or c`.
@@ -118,9 +143,39 @@ mod tests {
     }
 
     #[test]
+    fn monotonic_ids_on_local_are_refused_off_the_one_node_default() {
+        assert_eq!(local_monotonic_refusal(&loaded(&[])), None);
+        for vars in [
+            &[("LEAF_SEGMENT__STORE", "mysql")][..],
+            &[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID", "2")],
+            &[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_FROM", "hostname_ordinal")],
+            &[(
+                "LEAF_SNOWFLAKE__LOCAL__WORK_ID_MAP",
+                "{\"10.0.0.1:8080\" = 0, \"10.0.0.2:8080\" = 1}",
+            )],
+        ] {
+            let why = local_monotonic_refusal(&loaded(vars)).expect("refused");
+            assert!(why.contains("zk_recycle, etcd or redis"), "{vars:?}: {why}");
+        }
+        for vars in [
+            &[
+                ("LEAF_MONOTONIC__ENABLED", "false"),
+                ("LEAF_SEGMENT__STORE", "mysql"),
+            ][..],
+            &[
+                ("LEAF_SNOWFLAKE__MODE", "redis"),
+                ("LEAF_SEGMENT__STORE", "mysql"),
+            ],
+        ] {
+            assert_eq!(local_monotonic_refusal(&loaded(vars)), None, "{vars:?}");
+        }
+    }
+
+    #[test]
     fn shared_stores_and_own_worker_ids_are_not_warned_about() {
         let mysql = ("LEAF_SEGMENT__STORE", "mysql");
-        check(&[mysql], (false, true, true));
+        // Monotonic IDs off the one-node default are refused (a 503 naming why), not warned.
+        check(&[mysql], (false, true, false));
         check(&[("LEAF_SEGMENT__ENABLED", "false")], (false, true, true));
         check(&[("LEAF_SNOWFLAKE__ENABLED", "false")], (true, false, true));
         check(
@@ -129,7 +184,7 @@ mod tests {
         );
         check(
             &[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID", "3")],
-            (true, false, true),
+            (true, false, false),
         );
         check(&[("LEAF_MONOTONIC__ENABLED", "false")], (true, true, false));
         check(
@@ -137,11 +192,11 @@ mod tests {
                 "LEAF_SNOWFLAKE__LOCAL__WORK_ID_MAP",
                 "{\"10.0.0.1:8080\" = 0}",
             )],
-            (true, false, true),
+            (true, false, false),
         );
         check(
             &[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID_FROM", "hostname_ordinal")],
-            (true, false, true),
+            (true, false, false),
         );
         check(
             &[mysql, ("LEAF_SNOWFLAKE__MODE", "mysql")],

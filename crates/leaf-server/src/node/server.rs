@@ -221,6 +221,10 @@ async fn start_monotonic(
     tasks: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<MonotonicService> {
     let tokens = state.shared_tokens();
+    if let Some(why) = crate::node::one_node::local_monotonic_refusal(config) {
+        tracing::warn!("{why}");
+        return Ok(MonotonicService::refused(why, tokens));
+    }
     let registry = backends::monotonic_registry(config).await?.worker;
     let mode = registry.mode();
     if !(registry.capabilities().recycles || mode == "local") {
@@ -240,6 +244,8 @@ async fn start_monotonic(
     leader_config.window = ms(config.monotonic.window_ms);
     leader_config.renew = ms(config.snowflake.mark_renew_ms);
     leader_config.fencing_margin = ms(config.snowflake.fencing_margin_ms);
+    leader_config.max_ahead = ms(config.snowflake.max_startup_wait_ms)
+        .max(ms(config.monotonic.window_ms).saturating_mul(2));
     let leader = Leader::new(registry, identity.clone(), Arc::clone(clock), leader_config);
     match leader.step().await {
         Ok(()) => tracing::info!(%identity, mode, "monotonic mode: this node leads"),
@@ -252,7 +258,11 @@ async fn start_monotonic(
         ),
     }
     tasks.push(leader.spawn());
-    Ok(MonotonicService::elected(leader, tokens))
+    Ok(MonotonicService::elected(
+        leader,
+        tokens,
+        config.monotonic.coalesce,
+    ))
 }
 
 /// Segment mode's start-up, in this order: the seed tags, the business tags' definitions, then

@@ -98,31 +98,7 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_rele
     let history = Arc::new(Recorder::new());
     let stop = Arc::new(AtomicBool::new(false));
     let ports: Vec<u16> = nodes.iter().map(|s| s.port).collect();
-    let clients: Vec<_> = (0..4)
-        .map(|c| {
-            let (history, stop, ports) = (Arc::clone(&history), Arc::clone(&stop), ports.clone());
-            std::thread::spawn(move || {
-                let mut k = c;
-                while !stop.load(Ordering::Relaxed) {
-                    let i = k % ports.len();
-                    k += 1;
-                    let invoked = Instant::now();
-                    let got = ids_of(ports[i]);
-                    let failed = got.is_none();
-                    history.record(
-                        &format!("client {c}"),
-                        &format!("node {i}"),
-                        invoked,
-                        Instant::now(),
-                        got.unwrap_or_default(),
-                    );
-                    if failed {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                }
-            })
-        })
-        .collect();
+    let clients = spawn_clients(&history, &stop, &ports);
     std::thread::sleep(Duration::from_secs(2));
 
     // The leader killed: another is elected once its lease ends.
@@ -154,6 +130,10 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_rele
     let (status, log) = stopping.sigterm();
     assert!(status.success(), "{log}");
     let after_release = until_served(&history, &nodes, &up, released);
+    assert!(
+        after_release < lease,
+        "{after_release:?}: a released claim is taken up without waiting for its lease"
+    );
     std::thread::sleep(Duration::from_secs(2));
 
     // What the metrics say while the clients still run: one leader among the nodes left, and
@@ -178,8 +158,8 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_rele
         .map(|m| super::gauge(m, "leaf_monotonic_forwarded_requests_total"))
         .sum();
     assert!(
-        calls > 0.0 && requests >= calls,
-        "{calls} calls, {requests} requests"
+        calls > 0.0 && requests > calls,
+        "{calls} calls, {requests} requests: nothing was coalesced"
     );
 
     stop.store(true, Ordering::Relaxed);
@@ -216,4 +196,203 @@ pub(crate) async fn run(
     .await
     .unwrap();
     eprintln!("{backend} monotonic cluster: {figures:?}");
+}
+
+/// The network faults, on three nodes each reaching the backend through a proxy of its own
+/// (`proxies[i]` for node `i`, made by `spawn(dir, n, proxy_address)`): the leader's link
+/// stalled (its renewals held, then delivered late when the link comes back), the next
+/// leader's link cut (connections reset) and restored, then every node's link cut at once (the
+/// backend unreachable) and restored. Clients on every node record a history that must hold,
+/// and while every link is cut no node answers with IDs.
+pub(crate) fn a_monotonic_cluster_keeps_order_through_partitions(
+    spawn: impl Fn(&Path, u32, &str) -> Server,
+    proxies: &[leaf_testkit::proxy::Proxy],
+    lease: Duration,
+) -> Figures {
+    use leaf_testkit::proxy::Link;
+
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<Server> = Vec::new();
+    for (n, dir) in dirs.iter().enumerate() {
+        let mut s = spawn(dir.path(), n as u32 + 1, &proxies[n].address);
+        s.wait_for("/v1/monotonic", Duration::from_secs(60));
+        nodes.push(s);
+    }
+    let all = vec![true; 3];
+    let history = Arc::new(Recorder::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let ports: Vec<u16> = nodes.iter().map(|s| s.port).collect();
+    let clients = spawn_clients(&history, &stop, &ports);
+    std::thread::sleep(Duration::from_secs(2));
+
+    // The leader's link stalls: its renewals hang, it fences, another is elected; the link
+    // comes back and the held renewal arrives late, after the claim changed hands.
+    let first = leader(&nodes, &all);
+    proxies[first].set_link(Link::Stalled);
+    let stalled = Instant::now();
+    let others: Vec<bool> = (0..3).map(|i| i != first).collect();
+    let after_stall = until_served(&history, &nodes, &others, stalled);
+    // Past the lease: another node is elected while the old leader's renewal is held.
+    std::thread::sleep(lease + Duration::from_secs(1));
+    proxies[first].set_link(Link::Up);
+    std::thread::sleep(lease);
+
+    // The next leader's connections are reset and refused, then allowed again.
+    let second = leader(&nodes, &all);
+    assert_ne!(second, first, "the stalled leader stepped down");
+    proxies[second].set_link(Link::Cut);
+    let cut = Instant::now();
+    let others: Vec<bool> = (0..3).map(|i| i != second).collect();
+    let after_cut = until_served(&history, &nodes, &others, cut);
+    std::thread::sleep(lease + Duration::from_secs(1));
+    proxies[second].set_link(Link::Up);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_ne!(
+        leader(&nodes, &all),
+        second,
+        "the cut-off leader stepped down"
+    );
+
+    // The backend unreachable from every node: within a lease nobody answers with IDs; once
+    // it is back, a leader serves again.
+    for p in proxies {
+        p.set_link(Link::Cut);
+    }
+    let unreachable = Instant::now();
+    std::thread::sleep(lease + Duration::from_secs(1));
+    let quiet_from = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let quiet_to = Instant::now();
+    for p in proxies {
+        p.set_link(Link::Up);
+    }
+    let back = Instant::now();
+    let after_outage = until_served(&history, &nodes, &all, back);
+    std::thread::sleep(Duration::from_secs(2));
+    eprintln!(
+        "backend unreachable for {:?}; served again {after_outage:?} after it came back",
+        back - unreachable
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let ops = history.ops();
+    let checked = check(&ops).unwrap_or_else(|v| {
+        let logs: Vec<String> = nodes.iter().map(Server::log_text).collect();
+        panic!("{}\n{}", describe(&ops, &v), logs.join("\n----\n"))
+    });
+    // While no node could reach the backend (past a lease), no request got IDs.
+    let start = history.start();
+    let served_while_cut = ops.iter().filter(|op| {
+        !op.ids.is_empty() && start + op.invoked >= quiet_from && start + op.completed <= quiet_to
+    });
+    assert_eq!(
+        served_while_cut.count(),
+        0,
+        "IDs were issued with the backend unreachable"
+    );
+    // How long the clients went without IDs after each fault: the failovers.
+    let gap = |from: Instant| longest_gap(&ops, start, from, from + lease + Duration::from_secs(3));
+    let (_, _) = (after_stall, after_cut);
+    Figures {
+        ids: checked.ids,
+        requests: checked.requests,
+        failed: checked.failed,
+        after_kill: gap(cut),
+        after_freeze: gap(stalled),
+        after_release: after_outage,
+        requests_per_call: 0.0,
+    }
+}
+
+/// Four client threads asking the nodes of `ports` in turn until `stop`, recording each
+/// request in `history`.
+fn spawn_clients(
+    history: &Arc<Recorder>,
+    stop: &Arc<AtomicBool>,
+    ports: &[u16],
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..4)
+        .map(|c| {
+            let (history, stop, ports) = (Arc::clone(history), Arc::clone(stop), ports.to_vec());
+            std::thread::spawn(move || {
+                let mut k = c;
+                while !stop.load(Ordering::Relaxed) {
+                    let i = k % ports.len();
+                    k += 1;
+                    let invoked = Instant::now();
+                    let got = ids_of(ports[i]);
+                    let failed = got.is_none();
+                    history.record(
+                        &format!("client {c}"),
+                        &format!("node {i}"),
+                        invoked,
+                        Instant::now(),
+                        got.unwrap_or_default(),
+                    );
+                    if failed {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// [`a_monotonic_cluster_keeps_order_through_partitions`] with three proxies to the backend at
+/// `target` (`host:port`), off the async runtime (which runs the proxies).
+pub(crate) async fn run_partitions(
+    backend: &str,
+    target: &str,
+    spawn: impl Fn(&Path, u32, &str) -> Server + Send + 'static,
+    lease: Duration,
+) {
+    let mut proxies = Vec::new();
+    for _ in 0..3 {
+        proxies.push(leaf_testkit::proxy::Proxy::start(target).await);
+    }
+    let (figures, proxies) = tokio::task::spawn_blocking(move || {
+        let f = a_monotonic_cluster_keeps_order_through_partitions(spawn, &proxies, lease);
+        (f, proxies)
+    })
+    .await
+    .unwrap();
+    drop(proxies);
+    eprintln!(
+        "{backend} monotonic partitions: {} IDs in {} requests ({} refused); longest time \
+         without IDs {:?} after the leader's link stalled, {:?} after the next one's was cut; \
+         served again {:?} after the backend came back",
+        figures.ids,
+        figures.requests,
+        figures.failed,
+        figures.after_freeze,
+        figures.after_kill,
+        figures.after_release
+    );
+}
+
+/// The longest time between `from` and `to` in which no request of `ops` (times counted from
+/// `start`) completed with IDs.
+fn longest_gap(
+    ops: &[leaf_testkit::history::Op],
+    start: Instant,
+    from: Instant,
+    to: Instant,
+) -> Duration {
+    let mut done: Vec<Instant> = ops
+        .iter()
+        .filter(|op| !op.ids.is_empty())
+        .map(|op| start + op.completed)
+        .filter(|t| *t >= from && *t <= to)
+        .collect();
+    done.sort();
+    let mut last = from;
+    let mut longest = Duration::ZERO;
+    for t in done.into_iter().chain([to]) {
+        longest = longest.max(t - last);
+        last = t;
+    }
+    longest
 }

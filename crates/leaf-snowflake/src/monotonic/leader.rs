@@ -22,6 +22,9 @@ use super::{MAX_ISSUE, MonotonicLayout, NotIssued, Oracle};
 /// A follower asks for the claim this many times per renew period.
 const FOLLOWER_ROUNDS: u32 = 4;
 
+/// How many times a shutdown tries to release the claim.
+const RELEASE_ATTEMPTS: u64 = 3;
+
 /// How many times one request asks for a longer window before it gives up.
 const WINDOW_TRIES: usize = 3;
 
@@ -37,6 +40,10 @@ pub struct LeaderConfig {
     pub renew: Duration,
     /// How long before its lease could end the leader stops issuing.
     pub fencing_margin: Duration,
+    /// A claim whose confirmed window is further ahead of this node's clock than this is not
+    /// taken up: a clock that ran far ahead once (or a stale mark) would otherwise move every
+    /// later leader's IDs there for good.
+    pub max_ahead: Duration,
 }
 
 impl LeaderConfig {
@@ -47,6 +54,7 @@ impl LeaderConfig {
             window: Duration::from_secs(3),
             renew: Duration::from_secs(1),
             fencing_margin: Duration::from_secs(1),
+            max_ahead: Duration::from_secs(10),
         }
     }
 }
@@ -130,6 +138,8 @@ struct Held {
     valid_until: Option<Duration>,
     /// Whether the fence was counted already.
     fenced: bool,
+    /// The confirmed window read with the claim: where this leader's IDs start.
+    floor_ms: u64,
 }
 
 struct State {
@@ -243,9 +253,14 @@ impl Inner {
             Ok(lease) => lease,
             Err(e) => {
                 // Held by another node (or the backend is away): remember who leads, if told.
-                let hint = self.registry.holder(0).await.ok().flatten();
+                // A failed read keeps the last answer; this node's own identity (its claim from
+                // before a restart, not yet expired) is no leader to forward to.
+                let me = self.identity.to_string();
+                let read = self.registry.holder(0).await;
                 let mut g = self.lock();
-                g.leader_hint = hint;
+                if let Ok(hint) = read {
+                    g.leader_hint = hint.filter(|h| *h != me);
+                }
                 g.last_error = Some(e.to_string());
                 return Err(e);
             }
@@ -264,6 +279,22 @@ impl Inner {
             )));
         }
         let confirmed = lease.prev_mark_ms.unwrap_or(0);
+        let ahead = confirmed.saturating_sub(now);
+        if ahead > millis(self.config.max_ahead) {
+            // Given back with its mark as it was: another node, or this one once its clock
+            // caught up, takes it.
+            if self.registry.release(&lease, confirmed).await.is_err() {
+                self.registry.abandon(&lease).await;
+            }
+            let why = format!(
+                "the monotonic claim's confirmed window is {ahead} ms ahead of this node's clock, \
+                 more than {} ms: not leading until the clock catches up (check the clocks)",
+                millis(self.config.max_ahead)
+            );
+            tracing::error!("{why}");
+            self.lock().last_error = Some(why.clone());
+            return Err(Error::Unavailable(why));
+        }
         tracing::info!(
             mode = self.registry.mode(),
             confirmed_window_ms = confirmed,
@@ -281,13 +312,17 @@ impl Inner {
                     oracle: Oracle::after(self.config.layout, confirmed),
                     lease: lease.clone(),
                     fenced: false,
+                    floor_ms: confirmed,
                 });
                 g.leader_hint = Some(self.identity.to_string());
             }
             closed
         };
         if closed {
-            self.registry.abandon(&lease).await;
+            // Nothing was issued under it: the confirmed window it read is its final mark.
+            if self.registry.release(&lease, confirmed).await.is_err() {
+                self.registry.abandon(&lease).await;
+            }
             return Ok(());
         }
         self.elections.fetch_add(1, Ordering::Relaxed);
@@ -298,8 +333,8 @@ impl Inner {
     /// Confirms a window ending `window` after the clock (or after `need`, the millisecond a
     /// request would reach) and extends the lease. Call with `turn` held.
     async fn renew(&self, need: Option<u64>) -> Result<()> {
-        let (lease, window_end) = match &self.lock().run {
-            Run::Leading(h) => (h.lease.clone(), h.oracle.window_end_ms()),
+        let (lease, window_end, floor) = match &self.lock().run {
+            Run::Leading(h) => (h.lease.clone(), h.oracle.window_end_ms(), h.floor_ms),
             _ => return Ok(()),
         };
         if need.is_some_and(|past| past < window_end) {
@@ -308,9 +343,24 @@ impl Inner {
         }
         let before = self.clock.monotonic();
         let now = self.clock.now_ms();
+        let window = millis(self.config.window);
+        // IDs never run further ahead of the clock than one window (or of the window this
+        // leader started from, when its clock is behind the last one's): a burst past that
+        // (more than 4,194,304 IDs a millisecond for a whole window) is refused until the
+        // clock catches up, instead of pushing every later leader's start ahead.
+        let limit = now.max(floor).saturating_add(window);
+        if let Some(past) = need
+            && past >= limit
+        {
+            return Err(Error::Unavailable(format!(
+                "the monotonic IDs asked for would run {} ms ahead of the clock, more than \
+                 monotonic.window_ms ({window}); retry",
+                past.saturating_sub(now)
+            )));
+        }
         let mark = now
             .max(need.unwrap_or(0))
-            .saturating_add(millis(self.config.window))
+            .saturating_add(window)
             .max(window_end);
         match self.registry.renew(&lease, mark).await {
             Ok(Renewal::Ok { ttl }) => {
@@ -464,23 +514,27 @@ impl Leader {
     /// would reach it.
     pub async fn issue(&self, n: u64) -> std::result::Result<RangeInclusive<u64>, Refusal> {
         let inner = &*self.inner;
-        let mut last = None;
         for _ in 0..WINDOW_TRIES {
             match inner.try_issue(n) {
                 Ok(ids) => return Ok(ids),
                 Err(Attempt::Refused(r)) => return Err(r),
                 Err(Attempt::Window(past_ms)) => {
                     let _turn = inner.turn.lock().await;
-                    if let Err(e) = inner.renew(Some(past_ms)).await {
-                        last = Some(e);
+                    match inner.renew(Some(past_ms)).await {
+                        Ok(()) => {}
+                        Err(Error::Unavailable(why)) => return Err(Refusal::Unavailable(why)),
+                        Err(e) => {
+                            return Err(Refusal::Unavailable(format!(
+                                "the backend did not confirm a longer window: {e}"
+                            )));
+                        }
                     }
                 }
             }
         }
-        Err(Refusal::Unavailable(match last {
-            Some(e) => format!("the backend did not confirm a longer window: {e}"),
-            None => "the window could not be extended in time".into(),
-        }))
+        Err(Refusal::Unavailable(
+            "the window could not be extended in time".into(),
+        ))
     }
 
     /// A snapshot of this node's part.
@@ -527,7 +581,23 @@ impl Leader {
         };
         let layout = inner.config.layout;
         let final_mark = layout.ms_of(held.oracle.last()).saturating_add(1);
-        inner.registry.release(&held.lease, final_mark).await?;
+        // A release that fails (the backend briefly away) is tried again a few times; after
+        // that the claim expires with its lease, its mark the last confirmed window.
+        let mut attempt = 1;
+        loop {
+            match inner.registry.release(&held.lease, final_mark).await {
+                Ok(()) => break,
+                Err(e) if attempt < RELEASE_ATTEMPTS => {
+                    tracing::warn!(attempt, error = %e, "monotonic claim release failed; retrying");
+                    attempt += 1;
+                    inner
+                        .clock
+                        .sleep(Duration::from_millis(200 * attempt))
+                        .await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         tracing::info!(
             final_mark_ms = final_mark,
             "monotonic leader claim released"

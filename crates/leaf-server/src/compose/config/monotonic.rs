@@ -15,6 +15,9 @@ pub struct MonotonicSection {
     /// How far ahead of the clock the leader's confirmed window ends: the longest it issues
     /// without the backend. Default 3000.
     pub window_ms: u64,
+    /// A follower's requests that wait at the same moment go to the leader in one call.
+    /// `false`: one call per request (to measure what coalescing brings). Default `true`.
+    pub coalesce: bool,
 }
 
 impl Default for MonotonicSection {
@@ -22,6 +25,7 @@ impl Default for MonotonicSection {
         MonotonicSection {
             enabled: true,
             window_ms: 3000,
+            coalesce: true,
         }
     }
 }
