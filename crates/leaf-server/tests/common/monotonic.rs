@@ -87,19 +87,14 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_rele
     spawn: impl Fn(&Path, u32) -> Server,
     lease: Duration,
 ) -> Figures {
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut nodes: Vec<Server> = Vec::new();
-    for (n, dir) in dirs.iter().enumerate() {
-        let mut s = spawn(dir.path(), n as u32 + 1);
-        s.wait_for("/v1/monotonic", Duration::from_secs(60));
-        nodes.push(s);
-    }
+    let Cluster {
+        _dirs,
+        mut nodes,
+        history,
+        stop,
+        clients,
+    } = Cluster::start(|dir, n| spawn(dir, n));
     let mut up = vec![true; 3];
-    let history = Arc::new(Recorder::new());
-    let stop = Arc::new(AtomicBool::new(false));
-    let ports: Vec<u16> = nodes.iter().map(|s| s.port).collect();
-    let clients = spawn_clients(&history, &stop, &ports);
-    std::thread::sleep(Duration::from_secs(2));
 
     // The leader killed: another is elected once its lease ends.
     let first = leader(&nodes, &up);
@@ -211,19 +206,14 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_partitions(
 ) -> Figures {
     use leaf_testkit::proxy::Link;
 
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let mut nodes: Vec<Server> = Vec::new();
-    for (n, dir) in dirs.iter().enumerate() {
-        let mut s = spawn(dir.path(), n as u32 + 1, &proxies[n].address);
-        s.wait_for("/v1/monotonic", Duration::from_secs(60));
-        nodes.push(s);
-    }
+    let Cluster {
+        _dirs,
+        nodes,
+        history,
+        stop,
+        clients,
+    } = Cluster::start(|dir, n| spawn(dir, n, &proxies[n as usize - 1].address));
     let all = vec![true; 3];
-    let history = Arc::new(Recorder::new());
-    let stop = Arc::new(AtomicBool::new(false));
-    let ports: Vec<u16> = nodes.iter().map(|s| s.port).collect();
-    let clients = spawn_clients(&history, &stop, &ports);
-    std::thread::sleep(Duration::from_secs(2));
 
     // The leader's link stalls: its renewals hang, it fences, another is elected; the link
     // comes back and the held renewal arrives late, after the claim changed hands.
@@ -395,4 +385,39 @@ fn longest_gap(
         last = t;
     }
     longest
+}
+
+/// Three nodes serving, clients asking them in turn: what both scenarios start from.
+struct Cluster {
+    _dirs: Vec<tempfile::TempDir>,
+    nodes: Vec<Server>,
+    history: Arc<Recorder>,
+    stop: Arc<AtomicBool>,
+    clients: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Starts nodes 1 to 3 with `spawn(dir, n)`, waits until each answers `/v1/monotonic`,
+    /// starts the clients and lets them run for two seconds.
+    fn start(spawn: impl Fn(&Path, u32) -> Server) -> Cluster {
+        let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut nodes: Vec<Server> = Vec::new();
+        for (n, dir) in dirs.iter().enumerate() {
+            let mut s = spawn(dir.path(), n as u32 + 1);
+            s.wait_for("/v1/monotonic", Duration::from_secs(60));
+            nodes.push(s);
+        }
+        let history = Arc::new(Recorder::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let ports: Vec<u16> = nodes.iter().map(|s| s.port).collect();
+        let clients = spawn_clients(&history, &stop, &ports);
+        std::thread::sleep(Duration::from_secs(2));
+        Cluster {
+            _dirs: dirs,
+            nodes,
+            history,
+            stop,
+            clients,
+        }
+    }
 }
