@@ -429,7 +429,9 @@ async fn monotonic_ids_of_concurrent_callers_keep_real_time_order() {
     use leaf_testkit::history::{Recorder, check, describe};
     use std::time::Instant;
 
-    let cluster = Cluster::start(1, &[]);
+    // One server on the one-node default's worker id: the only `local` node that serves
+    // monotonic IDs (every local node is its own leader).
+    let cluster = Cluster::start(1, &[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID", "0")]);
     let c = client(cluster.urls()).build().unwrap();
     let history = std::sync::Arc::new(Recorder::new());
     let tasks: Vec<_> = (0..4)

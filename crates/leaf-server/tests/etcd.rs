@@ -36,17 +36,30 @@ fn leaf_name() -> String {
 /// Starts the binary with both modes on the etcd of `ns`, its identity `127.0.0.1:{port}`, plus
 /// `extra`; does not wait for it to serve.
 fn spawn(dir: &Path, n: u32, ns: &EtcdNamespace, name: &str, extra: &[(&str, &str)]) -> Server {
-    let endpoints = ns.endpoints.join(",");
-    let quoted: Vec<String> = ns.endpoints.iter().map(|e| format!("{e:?}")).collect();
+    spawn_on(dir, n, &ns.endpoints, &ns.prefix, name, extra)
+}
+
+/// [`spawn`] on `endpoints` and `prefix` given apart (an `EtcdNamespace` deletes its keys
+/// when dropped, so none is made for another route to the same keys).
+fn spawn_on(
+    dir: &Path,
+    n: u32,
+    endpoints: &[String],
+    prefix: &str,
+    name: &str,
+    extra: &[(&str, &str)],
+) -> Server {
+    let joined = endpoints.join(",");
+    let quoted: Vec<String> = endpoints.iter().map(|e| format!("{e:?}")).collect();
     let list = format!("[{}]", quoted.join(","));
     let mut env: Vec<(&str, &str)> = vec![
         ("LEAF_NAME", name),
         ("LEAF_SEGMENT__STORE", "etcd"),
-        ("LEAF_SEGMENT__URL", &endpoints),
+        ("LEAF_SEGMENT__URL", &joined),
         ("LEAF_SNOWFLAKE__MODE", "etcd"),
         ("LEAF_SNOWFLAKE__IP", "127.0.0.1"),
         ("LEAF_SNOWFLAKE__ETCD__ENDPOINTS", &list),
-        ("LEAF_SNOWFLAKE__ETCD__PREFIX", &ns.prefix),
+        ("LEAF_SNOWFLAKE__ETCD__PREFIX", prefix),
         ("LEAF_SNOWFLAKE__ETCD__LEASE_TTL_MS", TTL_MS),
     ];
     env.extend_from_slice(extra);
@@ -119,15 +132,14 @@ async fn a_monotonic_cluster_keeps_order_through_partitions() {
     let name = leaf_name();
     let target = ns.endpoints[0].trim_start_matches("http://").to_string();
     let prefix = ns.prefix.clone();
+    // `ns` lives to the end of the test: its drop deletes the test's keys.
     common::monotonic::run_partitions(
         "etcd",
         &target,
         move |dir, n, addr| {
-            let through = EtcdNamespace {
-                endpoints: vec![format!("http://{addr}")],
-                prefix: prefix.clone(),
-            };
-            spawn(dir, n, &through, &name, &[common::monotonic::LONG_WINDOW])
+            let through = [format!("http://{addr}")];
+            let long_window = [common::monotonic::LONG_WINDOW];
+            spawn_on(dir, n, &through, &prefix, &name, &long_window)
         },
         Duration::from_millis(TTL_MS.parse().unwrap()),
     )

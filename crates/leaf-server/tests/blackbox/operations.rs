@@ -322,8 +322,18 @@ fn a_sqlite_file_restored_from_an_older_copy_and_raised_repeats_no_id() {
     };
     let files = |from: &Path, to: &Path| {
         std::fs::create_dir_all(to).unwrap();
+        // The database's files only: the data folder also holds the cache files and the
+        // monotonic claim's folder, which a restore of the database leaves as they are.
         for entry in std::fs::read_dir(to).unwrap() {
-            std::fs::remove_file(entry.unwrap().path()).unwrap();
+            let path = entry.unwrap().path();
+            if path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("leaf.db")
+            {
+                std::fs::remove_file(path).unwrap();
+            }
         }
         for entry in std::fs::read_dir(from).unwrap() {
             let path = entry.unwrap().path();
