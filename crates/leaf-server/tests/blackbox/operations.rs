@@ -320,31 +320,27 @@ fn a_sqlite_file_restored_from_an_older_copy_and_raised_repeats_no_id() {
             }
         }
     };
+    // The database's files only: the data folder also holds the cache files and the
+    // monotonic claim's folder, which a restore of the database leaves as they are.
+    let db_files = |dir: &Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("leaf.db")
+            })
+            .collect()
+    };
     let files = |from: &Path, to: &Path| {
         std::fs::create_dir_all(to).unwrap();
-        // The database's files only: the data folder also holds the cache files and the
-        // monotonic claim's folder, which a restore of the database leaves as they are.
-        for entry in std::fs::read_dir(to).unwrap() {
-            let path = entry.unwrap().path();
-            if path
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("leaf.db")
-            {
-                std::fs::remove_file(path).unwrap();
-            }
+        for path in db_files(to) {
+            std::fs::remove_file(path).unwrap();
         }
-        for entry in std::fs::read_dir(from).unwrap() {
-            let path = entry.unwrap().path();
-            if path
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("leaf.db")
-            {
-                std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
-            }
+        for path in db_files(from) {
+            std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
         }
     };
     let raise = |args: &[&str]| -> (bool, String) {
