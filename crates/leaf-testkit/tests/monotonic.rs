@@ -168,3 +168,31 @@ async fn a_node_never_takes_its_own_old_claim_for_a_leader_to_forward_to() {
     assert!(b.step().await.is_err());
     assert_eq!(b.status().leader_hint.as_deref(), Some("10.0.0.1:1"));
 }
+
+#[tokio::test]
+async fn a_wall_clock_that_jumps_ahead_issues_nothing_and_confirms_no_window_from_it() {
+    let pool = MemoryRegistryPool::new(true);
+    let clock = pool.clock().clone();
+    let a = node(&pool, 1, clock.clone());
+    a.step().await.unwrap();
+    let before = *a.issue(5).await.unwrap().end();
+    let start = clock.now_ms();
+    // The wall clock alone steps ten minutes ahead (the monotonic clock does not).
+    clock.set_ms(start + 600_000);
+    match a.issue(1).await {
+        Err(Refusal::Unavailable(why)) => assert!(why.contains("jumped"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // A renewal meanwhile extends the window from the reckoned time, not from the jump.
+    a.step().await.unwrap();
+    assert!(
+        a.status().window_end_ms < start + 60_000,
+        "{:?}",
+        a.status()
+    );
+    // The clock comes back: IDs go on, above the last, near the reckoned time.
+    clock.set_ms(start);
+    let after = a.issue(1).await.unwrap();
+    assert!(*after.start() > before);
+    assert!(LAYOUT.ms_of(*after.start()) < start + 10_000);
+}

@@ -244,6 +244,7 @@ async fn start_monotonic(
     leader_config.window = ms(config.monotonic.window_ms);
     leader_config.renew = ms(config.snowflake.mark_renew_ms);
     leader_config.fencing_margin = ms(config.snowflake.fencing_margin_ms);
+    leader_config.max_forward_step = ms(config.snowflake.max_forward_step_ms);
     leader_config.max_ahead = ms(config.snowflake.max_startup_wait_ms)
         .max(ms(config.monotonic.window_ms).saturating_mul(2));
     let leader = Leader::new(registry, identity.clone(), Arc::clone(clock), leader_config);

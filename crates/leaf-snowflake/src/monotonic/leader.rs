@@ -44,6 +44,10 @@ pub struct LeaderConfig {
     /// taken up: a clock that ran far ahead once (or a stale mark) would otherwise move every
     /// later leader's IDs there for good.
     pub max_ahead: Duration,
+    /// A wall clock further ahead than this of the monotonic clock's reckoning since the last
+    /// renewal is not trusted: nothing is issued from it, and no window is confirmed from it,
+    /// until it comes back (as `snowflake.max_forward_step_ms`).
+    pub max_forward_step: Duration,
 }
 
 impl LeaderConfig {
@@ -55,6 +59,7 @@ impl LeaderConfig {
             renew: Duration::from_secs(1),
             fencing_margin: Duration::from_secs(1),
             max_ahead: Duration::from_secs(10),
+            max_forward_step: Duration::from_secs(60),
         }
     }
 }
@@ -140,6 +145,9 @@ struct Held {
     fenced: bool,
     /// The confirmed window read with the claim: where this leader's IDs start.
     floor_ms: u64,
+    /// The monotonic and wall clocks read together at the last renewal (or the claim): what
+    /// the wall clock should say now, give or take `max_forward_step`.
+    reckoning: (Duration, u64),
 }
 
 struct State {
@@ -198,6 +206,21 @@ impl Inner {
         }
     }
 
+    /// The wall clock, unless it ran further ahead of `reckoning` than `max_forward_step`:
+    /// then `Err(the reckoned time, how far ahead it is)`.
+    fn wall_clock(&self, reckoning: (Duration, u64)) -> std::result::Result<u64, (u64, u64)> {
+        let (mono_then, wall_then) = reckoning;
+        let reckoned =
+            wall_then.saturating_add(millis(self.clock.monotonic().saturating_sub(mono_then)));
+        let now = self.clock.now_ms();
+        let ahead = now.saturating_sub(reckoned);
+        if ahead > millis(self.config.max_forward_step) {
+            Err((reckoned, ahead))
+        } else {
+            Ok(now)
+        }
+    }
+
     fn try_issue(&self, n: u64) -> std::result::Result<RangeInclusive<u64>, Attempt> {
         let mut g = self.lock();
         let State {
@@ -233,7 +256,16 @@ impl Inner {
                     .into(),
             )));
         }
-        match held.oracle.issue(self.clock.now_ms(), n) {
+        let now = match self.wall_clock(held.reckoning) {
+            Ok(now) => now,
+            Err((_, ahead_ms)) => {
+                return Err(Attempt::Refused(Refusal::Unavailable(format!(
+                    "the wall clock jumped {ahead_ms} ms ahead of the monotonic clock; monotonic \
+                     IDs wait for it to come back"
+                ))));
+            }
+        };
+        match held.oracle.issue(now, n) {
             Ok(ids) => Ok(ids),
             Err(NotIssued::NeedWindow { past_ms }) => Err(Attempt::Window(past_ms)),
             Err(NotIssued::TooMany) => Err(Attempt::Refused(Refusal::TooMany { max: MAX_ISSUE })),
@@ -313,6 +345,7 @@ impl Inner {
                     lease: lease.clone(),
                     fenced: false,
                     floor_ms: confirmed,
+                    reckoning: (before, now),
                 });
                 g.leader_hint = Some(self.identity.to_string());
             }
@@ -333,8 +366,13 @@ impl Inner {
     /// Confirms a window ending `window` after the clock (or after `need`, the millisecond a
     /// request would reach) and extends the lease. Call with `turn` held.
     async fn renew(&self, need: Option<u64>) -> Result<()> {
-        let (lease, window_end, floor) = match &self.lock().run {
-            Run::Leading(h) => (h.lease.clone(), h.oracle.window_end_ms(), h.floor_ms),
+        let (lease, window_end, floor, reckoning) = match &self.lock().run {
+            Run::Leading(h) => (
+                h.lease.clone(),
+                h.oracle.window_end_ms(),
+                h.floor_ms,
+                h.reckoning,
+            ),
             _ => return Ok(()),
         };
         if need.is_some_and(|past| past < window_end) {
@@ -342,7 +380,19 @@ impl Inner {
             return Ok(());
         }
         let before = self.clock.monotonic();
-        let now = self.clock.now_ms();
+        // A wall clock that jumped ahead confirms no window from where it jumped to: the
+        // renewal extends the lease and the window from the reckoned time instead.
+        let (now, trusted) = match self.wall_clock(reckoning) {
+            Ok(now) => (now, true),
+            Err((reckoned, ahead_ms)) => {
+                tracing::error!(
+                    ahead_ms,
+                    "monotonic leader: the wall clock jumped ahead of the monotonic clock; no \
+                     window is confirmed from it until it comes back"
+                );
+                (reckoned, false)
+            }
+        };
         let window = millis(self.config.window);
         // IDs never run further ahead of the clock than one window (or of the window this
         // leader started from, when its clock is behind the last one's): a burst past that
@@ -369,6 +419,9 @@ impl Inner {
                     && h.lease == lease
                 {
                     h.oracle.extend(mark);
+                    if trusted {
+                        h.reckoning = (before, now);
+                    }
                     h.valid_until = ttl
                         .or(lease.ttl)
                         .map(|ttl| before + ttl.saturating_sub(self.config.fencing_margin));
