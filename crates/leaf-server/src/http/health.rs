@@ -275,15 +275,15 @@ fn monotonic_metrics(out: &mut Exposition, m: &MonotonicService) {
         out.family(name, help, kind);
         out.sample(name, &[], value);
     };
-    let st = m.status();
-    let leader = st.as_ref().is_some_and(|s| s.leader);
-    put(
-        "leaf_monotonic_leader",
-        "This node is the monotonic leader and may issue now (0/1)",
-        "gauge",
-        f64::from(u8::from(leader)),
-    );
-    if let Some(st) = &st {
+    // Only a node that takes part in the election says whether it leads: where the mode is
+    // refused, no gauge, so that `sum(leaf_monotonic_leader) == 0` means no leader.
+    if let Some(st) = &m.status() {
+        put(
+            "leaf_monotonic_leader",
+            "This node is the monotonic leader and may issue now (0/1)",
+            "gauge",
+            f64::from(u8::from(st.leader)),
+        );
         put(
             "leaf_monotonic_elections_total",
             "Times this node became the monotonic leader",

@@ -220,3 +220,22 @@ async fn the_grpc_monotonic_service_is_the_routes_twin() {
     let (status, log) = tokio::task::block_in_place(|| s.sigterm());
     assert!(status.success(), "{log}");
 }
+
+#[test]
+fn a_local_node_made_for_a_cluster_refuses_monotonic_ids_and_exports_no_leader_gauge() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_with(dir.path(), 1, &[("LEAF_SNOWFLAKE__LOCAL__WORKER_ID", "3")]);
+    let r = s.get("/v1/monotonic");
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("zk_recycle, etcd or redis"), "{}", r.body);
+    // Snowflake IDs are served as ever on worker id 3.
+    assert_eq!(s.get("/api/snowflake/get/x").status, 200);
+    let scrape = s.get("/metrics").body;
+    assert!(!scrape.contains("leaf_monotonic_leader"), "{scrape}");
+    let (status, log) = s.sigterm();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("monotonic IDs are not served on the local workerId mode"),
+        "{log}"
+    );
+}
