@@ -514,9 +514,9 @@ mod tests {
         assert_eq!(time(NOW, NOW), "2026-11-18 11:06:40 UTC (now)");
     }
 
-    #[test]
-    fn the_index_says_whether_grpc_is_on() {
-        let node = |grpc| NodeInfo {
+    /// A node with no mode but the ones given.
+    fn bare_node(grpc: bool, monotonic: Option<MonotonicLine>) -> NodeInfo<'static> {
+        NodeInfo {
             name: "leaf",
             version: "0",
             identity: None,
@@ -524,10 +524,15 @@ mod tests {
             started_ms: NOW,
             segment: None,
             snowflake: None,
-            monotonic: None,
+            monotonic,
             grpc,
             one_node: &[],
-        };
+        }
+    }
+
+    #[test]
+    fn the_index_says_whether_grpc_is_on() {
+        let node = |grpc| bare_node(grpc, None);
         let on = index_page(&node(true), NOW, None);
         assert!(on.contains("<dt>gRPC</dt><dd>on, this port"), "{on}");
         let off = index_page(&node(false), NOW, None);
@@ -539,18 +544,7 @@ mod tests {
 
     #[test]
     fn the_index_says_who_leads_the_monotonic_ids() {
-        let node = |monotonic| NodeInfo {
-            name: "leaf",
-            version: "0",
-            identity: None,
-            listen: "0.0.0.0:8080".into(),
-            started_ms: NOW,
-            segment: None,
-            snowflake: None,
-            monotonic,
-            grpc: true,
-            one_node: &[],
-        };
+        let node = |monotonic| bare_node(true, monotonic);
         let lines = [
             (
                 Some(MonotonicLine::Leading {

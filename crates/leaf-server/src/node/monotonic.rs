@@ -71,6 +71,16 @@ pub struct Counters {
     pub forward_failures: AtomicU64,
 }
 
+impl Counters {
+    /// One call to the leader, for `requests` requests and `ids` IDs.
+    fn forwarded(&self, requests: u64, ids: u64) {
+        self.forwarded_calls.fetch_add(1, Ordering::Relaxed);
+        self.forwarded_requests
+            .fetch_add(requests, Ordering::Relaxed);
+        self.forwarded_ids.fetch_add(ids, Ordering::Relaxed);
+    }
+}
+
 impl MonotonicService {
     /// A node that takes part in the election through `leader`. `client_tokens` are the
     /// tokens this node presents to the leader when it forwards.
@@ -147,9 +157,7 @@ impl MonotonicService {
             Err(Refusal::NotLeader { leader: Some(addr) }) if !self.inner.coalesce => {
                 // One call per request (`monotonic.coalesce = false`), for comparison.
                 let c = &self.inner.counters;
-                c.forwarded_calls.fetch_add(1, Ordering::Relaxed);
-                c.forwarded_requests.fetch_add(1, Ordering::Relaxed);
-                c.forwarded_ids.fetch_add(n, Ordering::Relaxed);
+                c.forwarded(1, n);
                 let answer = self.inner.forward.call(&addr, n).await;
                 if answer.is_err() {
                     c.forward_failures.fetch_add(1, Ordering::Relaxed);
@@ -280,10 +288,7 @@ impl Inner {
             let result = match &self.serving {
                 Serving::Elected(leader) => match leader.issue(total).await {
                     Err(Refusal::NotLeader { leader: Some(addr) }) => {
-                        c.forwarded_calls.fetch_add(1, Ordering::Relaxed);
-                        c.forwarded_requests
-                            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                        c.forwarded_ids.fetch_add(total, Ordering::Relaxed);
+                        c.forwarded(batch.len() as u64, total);
                         // A call to a leader that stopped answering is given up as soon as the
                         // campaign learns of another one (or elects this node).
                         let moved = async {

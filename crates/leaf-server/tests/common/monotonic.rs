@@ -157,15 +157,7 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_rele
         "{calls} calls, {requests} requests: nothing was coalesced"
     );
 
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().unwrap();
-    }
-    let ops = history.ops();
-    let checked = check(&ops).unwrap_or_else(|v| {
-        let logs: Vec<String> = nodes.iter().map(Server::log_text).collect();
-        panic!("{}\n{}", describe(&ops, &v), logs.join("\n----\n"))
-    });
+    let (_, checked) = stop_and_check(&stop, clients, &history, &nodes);
     assert!(checked.requests > 100, "{checked:?}");
     Figures {
         ids: checked.ids,
@@ -221,7 +213,9 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_partitions(
     proxies[first].set_link(Link::Stalled);
     let stalled = Instant::now();
     let others: Vec<bool> = (0..3).map(|i| i != first).collect();
-    let after_stall = until_served(&history, &nodes, &others, stalled);
+    // Served all along by the others, through the leader until its fence: the gaps are read
+    // from the history below.
+    until_served(&history, &nodes, &others, stalled);
     // Past the lease: another node is elected while the old leader's renewal is held.
     std::thread::sleep(lease + Duration::from_secs(1));
     proxies[first].set_link(Link::Up);
@@ -233,7 +227,7 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_partitions(
     proxies[second].set_link(Link::Cut);
     let cut = Instant::now();
     let others: Vec<bool> = (0..3).map(|i| i != second).collect();
-    let after_cut = until_served(&history, &nodes, &others, cut);
+    until_served(&history, &nodes, &others, cut);
     std::thread::sleep(lease + Duration::from_secs(1));
     proxies[second].set_link(Link::Up);
     std::thread::sleep(Duration::from_secs(2));
@@ -264,15 +258,7 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_partitions(
         back - unreachable
     );
 
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().unwrap();
-    }
-    let ops = history.ops();
-    let checked = check(&ops).unwrap_or_else(|v| {
-        let logs: Vec<String> = nodes.iter().map(Server::log_text).collect();
-        panic!("{}\n{}", describe(&ops, &v), logs.join("\n----\n"))
-    });
+    let (ops, checked) = stop_and_check(&stop, clients, &history, &nodes);
     // While no node could reach the backend (past a lease), no request got IDs.
     let start = history.start();
     let served_while_cut = ops.iter().filter(|op| {
@@ -285,7 +271,6 @@ pub(crate) fn a_monotonic_cluster_keeps_order_through_partitions(
     );
     // How long the clients went without IDs after each fault: the failovers.
     let gap = |from: Instant| longest_gap(&ops, start, from, from + lease + Duration::from_secs(3));
-    let (_, _) = (after_stall, after_cut);
     Figures {
         ids: checked.ids,
         requests: checked.requests,
@@ -420,4 +405,27 @@ impl Cluster {
             clients,
         }
     }
+}
+
+/// Stops the clients and checks their history: the requests and what the check counted,
+/// failing with the violations and the nodes' logs.
+fn stop_and_check(
+    stop: &AtomicBool,
+    clients: Vec<std::thread::JoinHandle<()>>,
+    history: &Recorder,
+    nodes: &[Server],
+) -> (
+    Vec<leaf_testkit::history::Op>,
+    leaf_testkit::history::Checked,
+) {
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let ops = history.ops();
+    let checked = check(&ops).unwrap_or_else(|v| {
+        let logs: Vec<String> = nodes.iter().map(Server::log_text).collect();
+        panic!("{}\n{}", describe(&ops, &v), logs.join("\n----\n"))
+    });
+    (ops, checked)
 }

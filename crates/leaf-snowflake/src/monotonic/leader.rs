@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::{MAX_ISSUE, MonotonicLayout, NotIssued, Oracle};
+use crate::generator::millis;
 
 /// A follower asks for the claim this many times per renew period.
 const FOLLOWER_ROUNDS: u32 = 4;
@@ -82,26 +83,6 @@ pub enum Refusal {
     },
     /// The layout's last ID was issued.
     Exhausted,
-}
-
-impl From<Refusal> for Error {
-    fn from(r: Refusal) -> Error {
-        match r {
-            Refusal::NotLeader { leader: Some(l) } => {
-                Error::Unavailable(format!("this node is not the monotonic leader ({l} is)"))
-            }
-            Refusal::NotLeader { leader: None } => {
-                Error::Unavailable("no monotonic leader is known yet".into())
-            }
-            Refusal::Unavailable(why) => Error::Unavailable(why),
-            Refusal::TooMany { max } => Error::InvalidInput(format!(
-                "at most {max} monotonic ids may be asked for at once"
-            )),
-            Refusal::Exhausted => {
-                Error::Exhausted("the monotonic layout's last id was issued".into())
-            }
-        }
-    }
 }
 
 /// A snapshot for health checks, the console and metrics.
@@ -184,10 +165,6 @@ impl std::fmt::Debug for Leader {
             .field("leader", &self.status().leader)
             .finish_non_exhaustive()
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl Inner {
