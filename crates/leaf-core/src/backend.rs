@@ -67,6 +67,20 @@ pub trait Descriptor: Send + Sync + 'static {
             Self::TABLE
         )))
     }
+
+    /// The registry of the monotonic mode's leader claim on `config` (a pool of one under the
+    /// leaf name `name`, its cache file in `cache_dir`): the workerId mode's own registry by
+    /// default, which serves it where that recycles worker ids under leases. A mode whose ids
+    /// are held without a lease opens a leased pool of its backend here instead where its
+    /// configuration allows (`fence_on_disconnect`); otherwise its own registry, and the server
+    /// refuses the monotonic mode. Only called when [`MODE`](Self::MODE) is set.
+    fn open_leader_registry(
+        config: &Self::Config,
+        cache_dir: &Path,
+        name: &str,
+    ) -> Result<Registry> {
+        Self::open_registry(config, cache_dir, name)
+    }
 }
 
 /// A workerId mode's registry, and its peer directory where the mode keeps one.

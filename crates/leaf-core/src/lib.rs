@@ -27,8 +27,8 @@ pub use error::{Error, Result, check_bounds};
 pub use layout::{DecodedId, SnowflakeLayout, TWITTER_EPOCH_MS, format_utc_ms, utc_parts};
 pub use redact::redact_url;
 pub use registry::{
-    AcquireRequest, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity, PeerDirectory,
-    RegistryCapabilities, Renewal, WorkerIdRegistry, min_lease_ttl,
+    AcquireRequest, HeldClaim, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity,
+    PeerDirectory, RegistryCapabilities, Renewal, WorkerIdRegistry, min_lease_ttl,
 };
 pub use secret::{check_tls_files, read_secret_file, secret, tls_certificate_refused};
 pub use store::{

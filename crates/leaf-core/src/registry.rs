@@ -168,6 +168,32 @@ impl Lease {
     }
 }
 
+/// What a recycling backend keeps of the claim it holds: the worker id, the claim's token and
+/// the TTL it granted. Renewals, the release and `abandon` act only for a lease of this claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldClaim {
+    /// The worker id.
+    pub worker_id: u64,
+    /// The claim's token.
+    pub token: LeaseToken,
+    /// The TTL granted.
+    pub ttl: Duration,
+}
+
+impl HeldClaim {
+    /// Whether `lease` is this claim.
+    pub fn is(&self, lease: &Lease) -> bool {
+        self.worker_id == lease.worker_id && self.token == lease.token
+    }
+
+    /// Forgets the claim held in `slot` if `lease` is it: what `abandon` does.
+    pub fn forget(slot: &mut Option<HeldClaim>, lease: &Lease) {
+        if slot.as_ref().is_some_and(|h| h.is(lease)) {
+            *slot = None;
+        }
+    }
+}
+
 /// The outcome of a renewal that reached the registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Renewal {

@@ -8,7 +8,7 @@ mod store;
 
 pub use config::MysqlConfig;
 pub use leaf_sql::REGISTRY_ONLY_KEYS;
-pub use registry::LEAF_WORKERID_ALLOC_DDL;
+pub use registry::{LEAF_WORKERID_ALLOC_DDL, LEAF_WORKERID_LEASE_DDL};
 pub use store::LEAF_ALLOC_DDL;
 
 use async_trait::async_trait;
@@ -131,6 +131,7 @@ mod tests {
         for (table, ddl) in [
             ("leaf_alloc", LEAF_ALLOC_DDL),
             ("leaf_workerid_alloc", LEAF_WORKERID_ALLOC_DDL),
+            ("leaf_workerid_lease", LEAF_WORKERID_LEASE_DDL),
         ] {
             let shown = shown_ddl(table);
             assert_eq!(shown.len(), 1, "{table}: {shown:?}");

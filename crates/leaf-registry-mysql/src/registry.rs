@@ -18,6 +18,10 @@ use crate::error::classify;
 /// an existing table is never altered.
 pub const LEAF_WORKERID_ALLOC_DDL: &str = "CREATE TABLE leaf_workerid_alloc (id int(10) unsigned NOT NULL AUTO_INCREMENT, ip_port varchar(128) NOT NULL DEFAULT '', ip varchar(64) NOT NULL DEFAULT '', port varchar(64) NOT NULL DEFAULT '', max_timestamp bigint(20) DEFAULT NULL, create_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP, update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, PRIMARY KEY (id), UNIQUE KEY ip_port (ip_port)) ENGINE=InnoDB;";
 
+/// `leaf_workerid_lease`: the leased pool the monotonic mode's leader holds
+/// (`leaf_sql::SqlLeases`). It runs only when the table is missing.
+pub const LEAF_WORKERID_LEASE_DDL: &str = "CREATE TABLE leaf_workerid_lease (name varchar(128) NOT NULL, id bigint NOT NULL, token bigint NOT NULL DEFAULT 0, owner varchar(128) NOT NULL DEFAULT '', ttl_ms bigint NOT NULL DEFAULT 0, lease_until bigint NOT NULL DEFAULT 0, max_timestamp bigint DEFAULT NULL, update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, PRIMARY KEY (name, id)) ENGINE=InnoDB;";
+
 #[async_trait]
 impl RegistryDialect for MysqlDialect {
     const LEAF_WORKERID_ALLOC_DDL: &'static str = LEAF_WORKERID_ALLOC_DDL;
@@ -33,6 +37,9 @@ impl RegistryDialect for MysqlDialect {
     const FINAL_MARK: &'static str = "UPDATE leaf_workerid_alloc SET max_timestamp = ? \
          WHERE id = ? AND ip_port = ? AND IS_USED_LOCK(?) = CONNECTION_ID() \
          AND CONNECTION_ID() = ?";
+    const LEAF_WORKERID_LEASE_DDL: &'static str = LEAF_WORKERID_LEASE_DDL;
+    /// UTC, whatever the session's time zone.
+    const NOW_MS: &'static str = "CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED)";
     const LOCK_KIND: &'static str = "mysql lock";
     const RESET_IDS: &'static str = "reset its AUTO_INCREMENT";
 

@@ -66,6 +66,13 @@ pub struct PostgresConfig {
     /// the cache file has the mark, the row follows in the background, and a node keeps issuing
     /// while PostgreSQL is down. Default `false`.
     pub fence_on_disconnect: bool,
+    /// The `postgres` workerId mode only (refused in `[segment]`): the lease of the monotonic
+    /// mode's leader, in milliseconds, held in `leaf_workerid_lease` with `fence_on_disconnect`
+    /// on (worker ids themselves are held by the identity lock, without a lease). A leader
+    /// stops issuing `snowflake.fencing_margin_ms` before its lease could end, and a new one is
+    /// elected within about this long after a leader dies. Counted by PostgreSQL's clock. Above
+    /// `snowflake.mark_renew_ms` + `fencing_margin_ms` + 1 s. Default `10000`.
+    pub lease_ttl_ms: u64,
 }
 
 impl SqlConfig for PostgresConfig {

@@ -8,7 +8,7 @@ mod store;
 
 pub use config::PostgresConfig;
 pub use leaf_sql::REGISTRY_ONLY_KEYS;
-pub use registry::LEAF_WORKERID_ALLOC_DDL;
+pub use registry::{LEAF_WORKERID_ALLOC_DDL, LEAF_WORKERID_LEASE_DDL};
 pub use store::LEAF_ALLOC_DDL;
 
 use async_trait::async_trait;

@@ -47,8 +47,15 @@ const LOCK_POLL: Duration = Duration::from_millis(100);
 /// vanished (its host gone) loses its session, and the lock, in about 25 s.
 const KEEPALIVES: (u32, u32, u32) = (10, 5, 3);
 
+/// `leaf_workerid_lease`: the leased pool the monotonic mode's leader holds
+/// (`leaf_sql::SqlLeases`). It runs only when the table is missing.
+pub const LEAF_WORKERID_LEASE_DDL: &str = "CREATE TABLE leaf_workerid_lease (name varchar(128) NOT NULL, id bigint NOT NULL, token bigint NOT NULL DEFAULT 0, owner varchar(128) NOT NULL DEFAULT '', ttl_ms bigint NOT NULL DEFAULT 0, lease_until bigint NOT NULL DEFAULT 0, max_timestamp bigint DEFAULT NULL, update_time timestamptz NOT NULL DEFAULT CURRENT_TIMESTAMP, PRIMARY KEY (name, id))";
+
 #[async_trait]
 impl RegistryDialect for PostgresDialect {
+    const LEAF_WORKERID_LEASE_DDL: &'static str = LEAF_WORKERID_LEASE_DDL;
+    /// The clock when the statement runs (`now()` is the transaction's start).
+    const NOW_MS: &'static str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";
     const LEAF_WORKERID_ALLOC_DDL: &'static str = LEAF_WORKERID_ALLOC_DDL;
     const SELECT_WORKER: &'static str = "SELECT id::bigint AS id, \
          max_timestamp::bigint AS max_timestamp FROM leaf_workerid_alloc WHERE ip_port = $1";

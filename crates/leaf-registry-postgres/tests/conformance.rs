@@ -30,3 +30,14 @@ leaf_testkit::registry_conformance!(
     exclusive_identity = true,
     confirms_marks = true,
 );
+
+// The monotonic leader's leased pool (`leaf_workerid_lease`), as `fence_on_disconnect` opens
+// it: every recycling case, the monotonic cases among them, on the real server.
+leaf_testkit::registry_conformance!(
+    postgres_leases,
+    async { Fix::leased().await },
+    recycles = true,
+    assigns_distinct_ids = true,
+    exclusive_identity = false,
+    confirms_marks = true,
+);

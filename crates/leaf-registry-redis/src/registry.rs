@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leaf_core::{
-    AcquireRequest, CachedRegistry, ClaimError, Error, Lease, LeaseToken, RegistryCapabilities,
-    Renewal, Result, WorkerIdClaims,
+    AcquireRequest, CachedRegistry, ClaimError, Error, HeldClaim, Lease, LeaseToken,
+    RegistryCapabilities, Renewal, Result, WorkerIdClaims,
 };
 use redis::Script;
 use tokio::sync::Mutex;
@@ -90,25 +90,12 @@ pub struct RedisClaims {
     prefix: String,
     file_name: String,
     /// The lease held, if any.
-    lease: Mutex<Option<Held>>,
+    lease: Mutex<Option<HeldClaim>>,
     claim: Script,
     renew: Script,
     release: Script,
     give_back: Script,
     holder: Script,
-}
-
-#[derive(Debug)]
-struct Held {
-    worker_id: u64,
-    token: LeaseToken,
-    ttl: Duration,
-}
-
-impl Held {
-    fn is(&self, lease: &Lease) -> bool {
-        self.worker_id == lease.worker_id && self.token == lease.token
-    }
 }
 
 impl fmt::Debug for RedisClaims {
@@ -288,7 +275,7 @@ impl WorkerIdClaims for RedisClaims {
             .with_ttl(ttl)
             .with_token(token);
         tracing::info!(worker_id, carried_mark_ms = ?carried, identity = %req.identity, ttl_ms = ttl.as_millis() as u64, "redis worker id claimed");
-        *state = Some(Held {
+        *state = Some(HeldClaim {
             worker_id,
             token,
             ttl,
@@ -361,10 +348,7 @@ impl WorkerIdClaims for RedisClaims {
     }
 
     async fn abandon(&self, lease: &Lease) {
-        let mut state = self.lease.lock().await;
-        if state.as_ref().is_some_and(|h| h.is(lease)) {
-            *state = None;
-        }
+        HeldClaim::forget(&mut *self.lease.lock().await, lease);
     }
 }
 

@@ -131,6 +131,17 @@ async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
                 && scrape.contains("\nleaf_snowflake_registry_mark_lag_seconds "),
             "{scrape}"
         );
+        // Without fence_on_disconnect a leader could not stop when cut off: monotonic IDs are
+        // refused with why, and the leader table is never made.
+        let refused = common::http(a.port, "GET", "/v1/monotonic").unwrap();
+        assert_eq!(refused.status, 503, "{}", refused.body);
+        assert!(
+            refused
+                .body
+                .contains("[snowflake.postgres] fence_on_disconnect = true"),
+            "{}",
+            refused.body
+        );
         let workers = (nodes::worker_id(&a), nodes::worker_id(&b));
         nodes::two_servers_share_segments_with_distinct_worker_ids(a, b, TAG);
         workers
@@ -148,6 +159,12 @@ async fn two_servers_share_the_tags_segments_and_take_distinct_worker_ids() {
     ];
     expected.sort_by_key(|(_, id)| *id);
     assert_eq!(rows, expected);
+    let lease_table: Option<String> =
+        sqlx::query_scalar("SELECT to_regclass('leaf_workerid_lease')::text")
+            .fetch_one(&root)
+            .await
+            .unwrap();
+    assert_eq!(lease_table, None);
 }
 
 /// A second process with the identity of a running one (two containers that both see one
@@ -366,4 +383,24 @@ async fn the_readmes_postgresql_section_runs_as_written() {
     ] {
         root.execute(AssertSqlSafe(cleanup)).await.unwrap();
     }
+}
+
+// ---- Monotonic IDs on postgres -------------------------------------------------------------
+
+/// The monotonic mode on three nodes with `fence_on_disconnect` and a 4 s lease (the leader's
+/// claim a row of `leaf_workerid_lease`): the leader killed, the next frozen past its lease,
+/// the third stopped; the clients' history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release() {
+    let (db, _root) = database().await;
+    common::sql::monotonic_faults("postgres", &db.url).await;
+}
+
+/// The monotonic mode on three nodes, each reaching the server through a proxy: the leader's
+/// link stalled then delivered late, the next leader's cut, then every link cut; the clients'
+/// history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_partitions() {
+    let (db, _root) = database().await;
+    common::sql::monotonic_partitions("postgres", &db.url).await;
 }

@@ -168,6 +168,31 @@ async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release()
     .await;
 }
 
+/// The monotonic mode on three `zk_normal` nodes with `fence_on_disconnect` (the leader's
+/// claim is then a `zk_recycle` pool of one on the same ensemble), a 4 s lease: the leader
+/// killed, the next frozen past its lease, the third stopped; the history holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_on_zk_normal_with_the_fence_keeps_order() {
+    let ns = namespace().await;
+    common::monotonic::run(
+        "zk_normal",
+        move |dir, n| {
+            let env = [
+                ("LEAF_SNOWFLAKE__MODE", "zk_normal"),
+                ("LEAF_SNOWFLAKE__IP", "127.0.0.1"),
+                ("LEAF_SNOWFLAKE__ZK__ADDRESS", ns.connect.as_str()),
+                ("LEAF_SNOWFLAKE__ZK__ROOT", ns.root.as_str()),
+                ("LEAF_SNOWFLAKE__ZK__FENCE_ON_DISCONNECT", "true"),
+                ("LEAF_SNOWFLAKE__ZK__RECYCLE_IDLE_TIMEOUT_MS", "4000"),
+                common::monotonic::LONG_WINDOW,
+            ];
+            Server::spawn(dir, free_port(), n, &env)
+        },
+        Duration::from_millis(4000),
+    )
+    .await;
+}
+
 /// The monotonic mode on three `zk_recycle` nodes, each reaching ZooKeeper through a proxy:
 /// the leader's link stalled then delivered late, the next leader's cut, then every link cut;
 /// the clients' history holds (`common::monotonic`).

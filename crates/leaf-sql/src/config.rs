@@ -46,6 +46,7 @@ macro_rules! settings {
             timeout_ms: $config.timeout_ms,
             ssl_mode: $config.ssl_mode.as_deref(),
             fence_on_disconnect: $config.fence_on_disconnect,
+            lease_ttl_ms: $config.lease_ttl_ms,
             password_file: $config.password_file.as_deref(),
             ca_file: $config.ca_file.as_deref(),
             cert_file: $config.cert_file.as_deref(),
@@ -57,7 +58,8 @@ macro_rules! settings {
 /// The SQL backend configuration `$ty { url, and the backend's own fields }` with every SQL
 /// backend's defaults for the rest: no `username`, `password` or `ssl_mode` (the URL's), no
 /// `password_file`, `ca_file`, `cert_file` or `key_file`, `max_connections` 8,
-/// `connect_timeout_ms` 3000, `timeout_ms` 5000, `fence_on_disconnect` off. The defaults every
+/// `connect_timeout_ms` 3000, `timeout_ms` 5000, `fence_on_disconnect` off, `lease_ttl_ms`
+/// 10000. The defaults every
 /// SQL backend documents are these.
 #[macro_export]
 macro_rules! with_defaults {
@@ -70,6 +72,7 @@ macro_rules! with_defaults {
             timeout_ms: 5000,
             ssl_mode: None,
             fence_on_disconnect: false,
+            lease_ttl_ms: 10_000,
             password_file: None,
             ca_file: None,
             cert_file: None,
@@ -99,6 +102,8 @@ pub struct Settings<'a> {
     pub ssl_mode: Option<&'a str>,
     /// The workerId mode's `fence_on_disconnect`.
     pub fence_on_disconnect: bool,
+    /// The TTL of a leased claim (the monotonic leader's), in milliseconds.
+    pub lease_ttl_ms: u64,
     /// A file holding the password, read at each new connection.
     pub password_file: Option<&'a Path>,
     /// A PEM file of the certificate authorities to trust.
@@ -184,6 +189,7 @@ impl Settings<'_> {
                 HOUR_MS,
             ),
             ("timeout_ms", self.timeout_ms, least_timeout_ms, HOUR_MS),
+            ("lease_ttl_ms", self.lease_ttl_ms, 1, 24 * HOUR_MS),
         ])?;
         leaf_core::check_bounds(more)
     }
@@ -236,11 +242,23 @@ pub fn ssl_mode<M: Copy>(mode: &str, modes: &[(&str, M)]) -> Result<M> {
 /// to a value other than its default.
 pub fn validate_store<D: Dialect>(config: &D::Config) -> Result<()> {
     config.validate()?;
-    if config.settings().fence_on_disconnect {
+    let settings = config.settings();
+    let defaults = D::Config::default();
+    let set = [
+        (
+            "fence_on_disconnect",
+            settings.fence_on_disconnect != defaults.settings().fence_on_disconnect,
+        ),
+        (
+            "lease_ttl_ms",
+            settings.lease_ttl_ms != defaults.settings().lease_ttl_ms,
+        ),
+    ];
+    if let Some((key, _)) = set.iter().find(|(_, differs)| *differs) {
         let name = D::NAME;
         return Err(Error::Config(format!(
-            "fence_on_disconnect is a key of the {name} workerId mode ([snowflake.{name}]); the \
-             segment store does not take it"
+            "{key} is a key of the {name} workerId mode ([snowflake.{name}]); the segment store \
+             does not take it"
         )));
     }
     Ok(())
@@ -280,6 +298,7 @@ pub fn fmt_config(
         .field("cert_file", &settings.cert_file)
         .field("key_file", &settings.key_file)
         .field("fence_on_disconnect", &settings.fence_on_disconnect)
+        .field("lease_ttl_ms", &settings.lease_ttl_ms)
         .finish()
 }
 
@@ -346,6 +365,7 @@ mod tests {
         timeout_ms: u64,
         ssl_mode: Option<String>,
         fence_on_disconnect: bool,
+        lease_ttl_ms: u64,
         password_file: Option<std::path::PathBuf>,
         ca_file: Option<std::path::PathBuf>,
         cert_file: Option<std::path::PathBuf>,
@@ -368,6 +388,7 @@ mod tests {
             (&None, &None, &None)
         );
         assert!(!c.fence_on_disconnect);
+        assert_eq!(c.lease_ttl_ms, 10_000);
         let c = Config {
             password: Some("pw".into()),
             ssl_mode: Some("require".into()),
@@ -397,6 +418,7 @@ mod tests {
                 timeout_ms: 1,
                 ssl_mode: None,
                 fence_on_disconnect: false,
+                lease_ttl_ms: 1,
                 password_file: None,
                 ca_file: None,
                 cert_file: None,

@@ -4,6 +4,7 @@
 mod config;
 mod error;
 mod inline;
+mod leases;
 mod queries;
 mod registry;
 mod rows;
@@ -15,6 +16,7 @@ pub use error::{
     CONFLICT_ATTEMPTS, ServerError, map_sqlx, map_sqlx_at_start, retry_conflicts, worker_id_of,
 };
 pub use inline::{Arg, inline};
+pub use leases::{LeaseRow, SqlLeaseRegistry, SqlLeases};
 pub use queries::Queries;
 pub use registry::{RegistryDialect, SqlClaims, SqlRegistry, Transport, reachable};
 pub use rows::{not_found, record, records};
@@ -39,7 +41,7 @@ pub const KEY: &str = "url";
 
 /// The keys of a SQL backend's configuration that only its workerId mode takes: a segment
 /// store's table refuses them.
-pub const REGISTRY_ONLY_KEYS: &[&str] = &["fence_on_disconnect"];
+pub const REGISTRY_ONLY_KEYS: &[&str] = &["fence_on_disconnect", "lease_ttl_ms"];
 
 /// A dialect's connection.
 pub type Conn<D> = <<D as Dialect>::Db as Database>::Connection;
@@ -126,6 +128,17 @@ impl<D: Queries> Descriptor for Sql<D> {
     fn open_registry(config: &D::Config, cache_dir: &Path, name: &str) -> Result<Registry> {
         config.validate()?;
         let registry = SqlClaims::<D>::connect(config, name)?.registry(cache_dir);
+        Ok(Registry::without_peers(Arc::new(registry)))
+    }
+
+    /// With `fence_on_disconnect`, a leased pool in `leaf_workerid_lease` ([`SqlLeases`], its
+    /// lease `lease_ttl_ms`); without it the workerId mode's registry, which the monotonic mode
+    /// refuses: its user chose to keep issuing while the server is away, which a leader cannot.
+    fn open_leader_registry(config: &D::Config, cache_dir: &Path, name: &str) -> Result<Registry> {
+        if !config.settings().fence_on_disconnect {
+            return Self::open_registry(config, cache_dir, name);
+        }
+        let registry = SqlLeases::<D>::connect(config, name)?.registry(cache_dir);
         Ok(Registry::without_peers(Arc::new(registry)))
     }
 }

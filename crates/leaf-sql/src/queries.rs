@@ -8,8 +8,10 @@ use sqlx::AssertSqlSafe;
 use sqlx::database::HasStatementCache;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
+use crate::ServerError;
 use crate::error::{map_sqlx, map_sqlx_at_start, retry_conflicts, worker_id_of};
 use crate::inline::{Arg, inline};
+use crate::leases::LeaseRow;
 use crate::rows::{not_found, positive_step, record, records};
 use crate::{Conn, Dialect, KEY, MarkRow, MarkWrite, Proof, RegistryDialect, StoreDialect};
 
@@ -56,6 +58,12 @@ pub trait Queries: StoreDialect + RegistryDialect {
         mark_ms: u64,
         how: MarkWrite,
     ) -> Result<Proof<()>>;
+    /// Runs `sql`, a changing statement with its values inlined, as a simple query on a pooled
+    /// session: the rows it matched, `None` if it broke a unique key.
+    async fn run_inlined(pool: &Pool<Self::Db>, sql: String) -> Result<Option<u64>>;
+    /// Runs `sql`, a query of `leaf_workerid_lease` with its values inlined, as a simple query
+    /// on a pooled session: its rows.
+    async fn lease_rows(pool: &Pool<Self::Db>, sql: String) -> Result<Vec<LeaseRow>>;
 }
 
 fn signed(n: u64) -> i64 {
@@ -242,6 +250,38 @@ where
             _ => Proof::Held(()),
         })
     }
+
+    async fn run_inlined(pool: &Pool<D::Db>, sql: String) -> Result<Option<u64>> {
+        match sqlx::raw_sql(AssertSqlSafe(sql)).execute(pool).await {
+            Ok(done) => Ok(Some(D::rows_affected(&done))),
+            Err(e) if D::classify(&e) == Some(ServerError::Duplicate) => Ok(None),
+            Err(e) => Err(lease_column::<D>(e)),
+        }
+    }
+
+    async fn lease_rows(pool: &Pool<D::Db>, sql: String) -> Result<Vec<LeaseRow>> {
+        let rows = sqlx::raw_sql(AssertSqlSafe(sql))
+            .fetch_all(pool)
+            .await
+            .map_err(lease_column::<D>)?;
+        rows.iter()
+            .map(|r| {
+                Ok(LeaseRow {
+                    id: r.try_get("id").map_err(lease_column::<D>)?,
+                    token: r.try_get("token").map_err(lease_column::<D>)?,
+                    owner: r.try_get("owner").map_err(lease_column::<D>)?,
+                    lease_until: r.try_get("lease_until").map_err(lease_column::<D>)?,
+                    max_timestamp: r.try_get("max_timestamp").map_err(lease_column::<D>)?,
+                    now_ms: r.try_get("now_ms").map_err(lease_column::<D>)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A column of a `leaf_workerid_lease` row that does not decode.
+fn lease_column<D: Dialect>(e: sqlx::Error) -> Error {
+    map_sqlx::<D>(e, "leaf_workerid_lease", KEY)
 }
 
 /// A column of a `leaf_alloc` row that does not decode.

@@ -44,6 +44,13 @@ pub trait RegistryDialect: Dialect {
     /// Sets `max_timestamp` of worker id `?2` whose `ip_port` is `?3` to `?1`, if the lock `?4`
     /// is the server session `?5`'s, which runs it.
     const FINAL_MARK: &'static str;
+    /// `leaf_workerid_lease`'s DDL (the leased pool of [`SqlLeases`](crate::SqlLeases)), run
+    /// only when the table is missing: `name` (text), `id`, `token`, `owner` (text), `ttl_ms`,
+    /// `lease_until` (bigints), `max_timestamp` (a nullable bigint), keyed by `(name, id)`.
+    const LEAF_WORKERID_LEASE_DDL: &'static str;
+    /// An expression of the server's clock in Unix milliseconds, as a bigint: what leases are
+    /// counted by.
+    const NOW_MS: &'static str;
     /// The identity lock as messages name it (`mysql lock`).
     const LOCK_KIND: &'static str;
     /// How an operator brings the ids back into the layout, after removing unused rows.

@@ -75,18 +75,20 @@ fn names(message: &str, field: &str) -> bool {
 }
 
 /// The numbers every SQL backend's configuration has (`max_connections`, `connect_timeout_ms`,
-/// `timeout_ms`) with their ranges, a timeout from `least_timeout_ms`, for [`assert_bounds`].
+/// `timeout_ms`, `lease_ttl_ms`) with their ranges, a timeout from `least_timeout_ms`, for [`assert_bounds`].
 pub fn sql_bounds(least_timeout_ms: u64) -> Vec<(&'static str, u64, u64)> {
     vec![
         ("max_connections", 1, 1_000),
         ("connect_timeout_ms", least_timeout_ms, 3_600_000),
         ("timeout_ms", least_timeout_ms, 3_600_000),
+        ("lease_ttl_ms", 1, 86_400_000),
     ]
 }
 
 /// Asserts that the defaults of `C`, a SQL backend's configuration, are the ones every SQL
 /// backend documents: no `username`, `password` or `ssl_mode` (the URL's), `max_connections`
-/// 8, `connect_timeout_ms` 3000, `timeout_ms` 5000, `fence_on_disconnect` off.
+/// 8, `connect_timeout_ms` 3000, `timeout_ms` 5000, `fence_on_disconnect` off, `lease_ttl_ms`
+/// 10000.
 pub fn assert_sql_defaults<C: Default + Serialize>() {
     let c = serde_json::to_value(C::default()).expect("the defaults serialise");
     let shared = [
@@ -97,6 +99,7 @@ pub fn assert_sql_defaults<C: Default + Serialize>() {
         ("timeout_ms", 5000.into()),
         ("ssl_mode", serde_json::Value::Null),
         ("fence_on_disconnect", false.into()),
+        ("lease_ttl_ms", 10_000.into()),
     ];
     for (key, value) in shared {
         assert_eq!(c[key], value, "{key}");

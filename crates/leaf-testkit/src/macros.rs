@@ -342,7 +342,8 @@ pub(crate) fn check_declared(actual: &[(&str, bool)], declared: &[(&str, bool)])
 
 /// Generates, for the SQL backend `$backend` and its fixture type `$fix`
 /// ([`SqlFix`](crate::sql::SqlFix)), the whole conformance suite on the secured server
-/// (store, workerId mode with and without the fence; [`SqlFix::secured`](crate::sql::SqlFix))
+/// (store, workerId mode with and without the fence, the monotonic leader's leased pool;
+/// [`SqlFix::secured`](crate::sql::SqlFix))
 /// and the secured cases (`sql_cases::secured`).
 #[macro_export]
 macro_rules! sql_secured_tests {
@@ -367,6 +368,14 @@ macro_rules! sql_secured_tests {
             recycles = false,
             assigns_distinct_ids = true,
             exclusive_identity = true,
+            confirms_marks = true,
+        );
+        $crate::registry_conformance!(
+            registry_secured_leased,
+            async { <$fix>::secured_leased().await },
+            recycles = true,
+            assigns_distinct_ids = true,
+            exclusive_identity = false,
             confirms_marks = true,
         );
         $crate::sql_tests!($backend, secured;

@@ -113,7 +113,8 @@ fn server_params(name: &str, more: &[&str]) -> CertificateParams {
 /// Writes `text` to `dir/name` as a secret volume does (a new file moved over the old one).
 pub fn put(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
+    // A name of this write's own: tests running at once may put the same file.
+    let tmp = dir.join(format!(".{name}.{:016x}.tmp", fastrand::u64(..)));
     std::fs::write(&tmp, text).expect("write a file of the test's directory");
     std::fs::rename(&tmp, &path).expect("move it into place");
     path

@@ -43,6 +43,10 @@ pub type Config<B> = <SqlDescriptor<B> as Descriptor>::Config;
 /// The descriptor of `B`.
 pub type SqlDescriptor<B> = leaf_sql::Sql<<B as SqlBackend>::Dialect>;
 
+/// The lease of a leased fixture's registries ([`SqlFix::leased`]), as the other recycling
+/// modes' fixtures have it.
+pub const LEASE_TTL_MS: u64 = 4000;
+
 /// The defaults of `B` with `url`, then `changes` (an object of the configuration's keys).
 pub fn config_of<B: SqlBackend>(url: &str, changes: Value) -> Config<B> {
     let mut config = serde_json::to_value(Config::<B>::default()).expect("a configuration");
@@ -134,6 +138,10 @@ pub struct SqlFix<B: SqlBackend> {
     dirs: NodeDirs,
     /// `fence_on_disconnect` of the fixture's registries.
     fenced: bool,
+    /// Whether its registries are the monotonic leader's leased pool
+    /// (`Descriptor::open_leader_registry`, `leaf_sql::SqlLeases`) rather than the workerId
+    /// mode's.
+    leased: bool,
     /// The settings every configuration of the fixture starts from (a secured server's user,
     /// URL and TLS files), before a case's own changes.
     secure: Option<Value>,
@@ -187,12 +195,32 @@ impl<B: SqlBackend> SqlFix<B> {
         }
     }
 
+    /// A fixture whose registries are the monotonic leader's leased pool
+    /// ([`LEASE_TTL_MS`]), as `fence_on_disconnect` opens it.
+    pub async fn leased() -> Self {
+        Self::new().await.into_leased()
+    }
+
+    /// [`secured`](Self::secured), its registries the leased pool.
+    pub async fn secured_leased() -> Self {
+        Self::secured().await.into_leased()
+    }
+
+    fn into_leased(self) -> Self {
+        SqlFix {
+            fenced: true,
+            leased: true,
+            ..self
+        }
+    }
+
     /// A fixture on `db`.
     pub fn on(db: SqlDatabase) -> Self {
         SqlFix {
             db,
             dirs: NodeDirs::default(),
             fenced: false,
+            leased: false,
             secure: None,
             store: OnceCell::new(),
             backend: PhantomData,
@@ -217,6 +245,15 @@ impl<B: SqlBackend> SqlFix<B> {
 
     /// A registry on `dir` with the fixture's settings.
     pub fn registry_in(&self, dir: PathBuf) -> Arc<dyn WorkerIdRegistry> {
+        if self.leased {
+            let config = self.config(serde_json::json!({
+                "fence_on_disconnect": true,
+                "lease_ttl_ms": LEASE_TTL_MS,
+            }));
+            return SqlDescriptor::<B>::open_leader_registry(&config, &dir, "leaf")
+                .expect("leased registry")
+                .worker;
+        }
         let config = self.config(serde_json::json!({ "fence_on_disconnect": self.fenced }));
         registry_of::<B>(&config, dir)
     }

@@ -213,6 +213,13 @@ pub(crate) trait DynDescriptor: Sync {
     ) -> BoxFuture<'static, Result<Arc<dyn SegmentStore>>>;
     /// The workerId mode's registry on `config`.
     fn open_registry(&self, config: &Typed, cache_dir: &Path, name: &str) -> Result<Registry>;
+    /// The monotonic mode's leader claim on `config`.
+    fn open_leader_registry(
+        &self,
+        config: &Typed,
+        cache_dir: &Path,
+        name: &str,
+    ) -> Result<Registry>;
 }
 
 /// A descriptor as a value: the erased twin of `D`.
@@ -264,6 +271,15 @@ impl<D: Descriptor> DynDescriptor for Erased<D> {
 
     fn open_registry(&self, config: &Typed, cache_dir: &Path, name: &str) -> Result<Registry> {
         D::open_registry(typed::<D>(config)?, cache_dir, name)
+    }
+
+    fn open_leader_registry(
+        &self,
+        config: &Typed,
+        cache_dir: &Path,
+        name: &str,
+    ) -> Result<Registry> {
+        D::open_leader_registry(typed::<D>(config)?, cache_dir, name)
     }
 }
 
@@ -327,7 +343,7 @@ pub(crate) async fn monotonic_registry(config: &Config) -> Result<Registry> {
     let imp = mode.imp().expect("a chosen mode is compiled in");
     let dir = config.snowflake.cache_dir.join("monotonic");
     let name = format!("{}-monotonic", config.name);
-    imp.open_registry(&typed, dir.as_path(), &name)
+    imp.open_leader_registry(&typed, dir.as_path(), &name)
         .map_err(|e| keyed(&mode, e))
 }
 

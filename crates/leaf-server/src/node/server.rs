@@ -210,6 +210,21 @@ impl Running {
     }
 }
 
+/// Why a workerId mode whose leader claim has no lease does not serve monotonic IDs.
+fn unfenced_monotonic_refusal(mode: &str) -> String {
+    let table = match mode {
+        "zk_normal" => "zk",
+        other => other,
+    };
+    format!(
+        "monotonic IDs are not served with snowflake.mode = \"{mode}\" without \
+         [snowflake.{table}] fence_on_disconnect = true: a leader must stop issuing when it is \
+         cut off from {table}, which that setting accepts and the default (keep issuing) does \
+         not; set it, or use zk_recycle, etcd or redis for a cluster, or local for one node \
+         (monotonic.enabled = false silences this)"
+    )
+}
+
 /// The monotonic mode's start-up: the claim's registry (the workerId mode's backend under a
 /// name of its own), one campaign at once (a single node serves from its first request), then
 /// one every `snowflake.mark_renew_ms`. A mode that cannot elect a leader is answered with why.
@@ -228,11 +243,7 @@ async fn start_monotonic(
     let registry = backends::monotonic_registry(config).await?.worker;
     let mode = registry.mode();
     if !(registry.capabilities().recycles || mode == "local") {
-        let why = format!(
-            "monotonic IDs are not served with snowflake.mode = \"{mode}\": its claim has no \
-             lease a leader could fence itself on; use zk_recycle, etcd or redis for a cluster, \
-             or local for one node (monotonic.enabled = false silences this)"
-        );
+        let why = unfenced_monotonic_refusal(mode);
         tracing::warn!("{why}");
         return Ok(MonotonicService::refused(why, tokens));
     }

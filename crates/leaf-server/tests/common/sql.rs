@@ -8,6 +8,7 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use leaf_server::app;
@@ -115,4 +116,61 @@ pub(crate) async fn serves_the_readmes_order_tag_then_stops(node: Server) {
     .await
     .unwrap();
     assert_eq!((segment.as_str(), snowflake), ("1", 200));
+}
+
+/// The lease of the monotonic leader in the SQL cluster tests (`lease_ttl_ms`), as the other
+/// backends' tests have it.
+pub(crate) const MONOTONIC_LEASE: Duration = Duration::from_millis(4000);
+
+/// Starts the binary with the workerId mode `kind` on the database at `url` with
+/// `fence_on_disconnect` and a lease of [`MONOTONIC_LEASE`] (the monotonic leader's claim is
+/// then a row of `leaf_workerid_lease`), its identity `127.0.0.1:{its port}` (where it serves,
+/// so that followers can forward to it) and a window longer than the lease; segment mode off.
+/// Does not wait for it to serve.
+pub(crate) fn spawn_monotonic(dir: &Path, n: u32, kind: &str, url: &str) -> Server {
+    let upper = kind.to_ascii_uppercase();
+    let (url_key, fence_key, lease_key) = (
+        format!("LEAF_SNOWFLAKE__{upper}__URL"),
+        format!("LEAF_SNOWFLAKE__{upper}__FENCE_ON_DISCONNECT"),
+        format!("LEAF_SNOWFLAKE__{upper}__LEASE_TTL_MS"),
+    );
+    let lease = MONOTONIC_LEASE.as_millis().to_string();
+    let env = [
+        ("LEAF_SEGMENT__ENABLED", "false"),
+        ("LEAF_SNOWFLAKE__MODE", kind),
+        ("LEAF_SNOWFLAKE__IP", "127.0.0.1"),
+        (url_key.as_str(), url),
+        (fence_key.as_str(), "true"),
+        (lease_key.as_str(), lease.as_str()),
+        super::monotonic::LONG_WINDOW,
+    ];
+    Server::spawn(dir, free_port(), n, &env)
+}
+
+/// The monotonic cluster on the SQL backend `kind` at `url` (`common::monotonic`): the leader
+/// killed, the next frozen past its lease, the third stopped.
+pub(crate) async fn monotonic_faults(kind: &'static str, url: &str) {
+    let url = url.to_owned();
+    super::monotonic::run(
+        kind,
+        move |dir, n| spawn_monotonic(dir, n, kind, &url),
+        MONOTONIC_LEASE,
+    )
+    .await;
+}
+
+/// The monotonic cluster on the SQL backend `kind` at `url`, each node reaching the server
+/// through a proxy of its own (`common::monotonic`): the links stalled, cut, restored.
+pub(crate) async fn monotonic_partitions(kind: &'static str, url: &str) {
+    let owned = url.to_owned();
+    super::monotonic::run_partitions(
+        kind,
+        leaf_testkit::identity_cases::authority(url),
+        move |dir, n, addr| {
+            let through = leaf_testkit::identity_cases::through(&owned, addr);
+            spawn_monotonic(dir, n, kind, &through)
+        },
+        MONOTONIC_LEASE,
+    )
+    .await;
 }

@@ -623,5 +623,25 @@ fn group(n: i64) -> String {
     out
 }
 
+// ---- Monotonic IDs on mysql -------------------------------------------------------------
+
+/// The monotonic mode on three nodes with `fence_on_disconnect` and a 4 s lease (the leader's
+/// claim a row of `leaf_workerid_lease`): the leader killed, the next frozen past its lease,
+/// the third stopped; the clients' history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release() {
+    let (db, _root) = database().await;
+    common::sql::monotonic_faults("mysql", &db.url).await;
+}
+
+/// The monotonic mode on three nodes, each reaching the server through a proxy: the leader's
+/// link stalled then delivered late, the next leader's cut, then every link cut; the clients'
+/// history holds (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_monotonic_cluster_keeps_order_through_partitions() {
+    let (db, _root) = database().await;
+    common::sql::monotonic_partitions("mysql", &db.url).await;
+}
+
 mod readme;
 mod upgrade;
