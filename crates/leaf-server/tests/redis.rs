@@ -148,6 +148,28 @@ async fn a_monotonic_cluster_keeps_order_through_a_kill_a_freeze_and_a_release()
     .await;
 }
 
+/// A new monotonic leader whose clock is 8 s behind the old one's (libfaketime) starts above
+/// the old one's IDs after a kill -9 (`common::monotonic`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_monotonic_leader_whose_clock_is_behind_starts_above_the_old_one() {
+    let ns = namespace().await;
+    let ids = tokio::task::spawn_blocking(move || {
+        common::monotonic::a_new_leader_whose_clock_is_behind_starts_above_the_old_one(
+            |dir, n, more| {
+                let mut env: Vec<(&str, String)> =
+                    vec![("LEAF_SNOWFLAKE__MAX_STARTUP_WAIT_MS", "30000".into())];
+                env.extend(more.iter().cloned());
+                let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                spawn(dir, n, &ns.url, &ns.prefix, &env)
+            },
+            Duration::from_millis(TTL_MS.parse().unwrap()),
+        )
+    })
+    .await
+    .unwrap();
+    eprintln!("redis monotonic clock-behind takeover: {ids} IDs checked");
+}
+
 /// The monotonic mode on three nodes, each reaching Redis through a proxy: the leader's link
 /// stalled then delivered late, the next leader's cut, then every link cut; the clients'
 /// history holds (`common::monotonic`).

@@ -429,3 +429,97 @@ fn stop_and_check(
     });
     (ops, checked)
 }
+
+/// How far behind the others the clock of [`a_new_leader_whose_clock_is_behind_starts_above_the_old_one`]'s
+/// second node is: more than the lease plus the window, so that its clock at the takeover is
+/// still below the old leader's last IDs and only the confirmed window keeps the order.
+pub(crate) const BEHIND: Duration = Duration::from_secs(8);
+
+/// The environment that sets a process's clock `BEHIND` the machine's: Debian's libfaketime
+/// (package `faketime`), preloaded. Fails loudly where it is missing.
+pub(crate) fn clock_behind() -> Vec<(&'static str, String)> {
+    let lib = ["libfaketimeMT.so.1", "libfaketime.so.1"]
+        .iter()
+        .map(|l| Path::new("/usr/lib/x86_64-linux-gnu/faketime").join(l))
+        .chain(
+            ["libfaketimeMT.so.1", "libfaketime.so.1"]
+                .iter()
+                .map(|l| Path::new("/usr/lib/faketime").join(l)),
+        )
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!("no libfaketime: install Debian's faketime package (.ci/run does)")
+        });
+    vec![
+        ("LD_PRELOAD", lib.display().to_string()),
+        ("FAKETIME", format!("-{}s", BEHIND.as_secs())),
+        // Counted from the process's start, not frozen there.
+        ("FAKETIME_NO_CACHE", "1".into()),
+    ]
+}
+
+/// A new leader whose wall clock is [`BEHIND`] the old one's, across processes: node 0 leads
+/// and issues; node 1, its clock set back by libfaketime (checked from its snowflake IDs),
+/// follows; node 0 is killed -9; node 1 takes over after the lease. Every request's IDs, on
+/// both nodes, must be in real-time order: node 1's clock alone would issue below node 0's
+/// last IDs, so only the window read with the claim keeps them above. `spawn(dir, n, env)`
+/// starts node `n` with `env` added (a lease of `lease` and
+/// `snowflake.max_startup_wait_ms` above the clocks' distance plus the window, so that the
+/// claim is taken up, not given back as too far ahead).
+pub(crate) fn a_new_leader_whose_clock_is_behind_starts_above_the_old_one(
+    spawn: impl Fn(&Path, u32, &[(&str, String)]) -> Server,
+    lease: Duration,
+) -> usize {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = spawn(da.path(), 0, &[]);
+    a.wait_for("/v1/monotonic/range", Duration::from_secs(60));
+    let mut b = spawn(db.path(), 1, &clock_behind());
+    b.wait_for("/readyz", Duration::from_secs(60));
+    // The preload took: node 1's snowflake IDs carry a time BEHIND the machine's.
+    let sf = b.get("/v1/snowflake").ids()[0];
+    let decoded = b.get(&format!("/v1/snowflake/{sf}/decode")).json();
+    let at = decoded["timestamp_ms"].as_u64().unwrap();
+    let lag = super::now_ms().saturating_sub(at);
+    assert!(
+        lag + 1000 >= BEHIND.as_millis() as u64,
+        "node 1's clock is only {lag} ms behind: libfaketime did not take"
+    );
+    let history = Recorder::new();
+    let ask = |node: usize, port: u16, client: &str| {
+        let invoked = Instant::now();
+        let got = ids_of(port);
+        history.record(
+            client,
+            &format!("node {node}"),
+            invoked,
+            Instant::now(),
+            got.clone().unwrap_or_default(),
+        );
+        got.is_some()
+    };
+    // Both nodes serve from node 0 for a second.
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        assert!(ask(0, a.port, "client"), "node 0 did not serve");
+        assert!(ask(1, b.port, "client"), "node 1 did not forward");
+    }
+    signal(&a, "-KILL");
+    let _ = a.child.wait();
+    let killed = Instant::now();
+    while !ask(1, b.port, "client") {
+        assert!(
+            killed.elapsed() < lease + Duration::from_secs(10),
+            "node 1 never led:\n{}",
+            b.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..200 {
+        assert!(ask(1, b.port, "client"), "node 1 stopped serving");
+    }
+    let ops = history.ops();
+    match check(&ops) {
+        Ok(checked) => checked.ids,
+        Err(v) => panic!("{}\nnode 1:\n{}", describe(&ops, &v), b.log_text()),
+    }
+}
