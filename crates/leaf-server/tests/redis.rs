@@ -170,6 +170,99 @@ async fn a_new_monotonic_leader_whose_clock_is_behind_starts_above_the_old_one()
     eprintln!("redis monotonic clock-behind takeover: {ids} IDs checked");
 }
 
+/// With `[server.tls]` on every node and client certificates required, a follower forwards
+/// its monotonic requests to the leader over TLS, verifying the leader's certificate against
+/// `server.tls.client_ca_file` and presenting its own; a follower told to trust another CA
+/// (`monotonic.forward_ca_file`), or to expect another name (`monotonic.forward_server_name`),
+/// forwards nothing and answers 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_forwards_to_its_leader_over_verified_tls() {
+    use common::certs::{Ca, client_config, https, put};
+    let ns = namespace().await;
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, other) = (Ca::new("leaf-nodes"), Ca::new("another"));
+        let ca_file = put(dir.path(), "ca.pem", &ca.pem());
+        let other_file = put(dir.path(), "other-ca.pem", &other.pem());
+        let client = ca.client("test-client", false);
+        let h1 = client_config(&ca.pem(), Some(&client), &[b"http/1.1"]);
+        let node = |n: u32, extra: &[(&str, &str)]| {
+            let pair = ca.server(&format!("node-{n}"));
+            let nd = dir.path().join(format!("n{n}"));
+            std::fs::create_dir_all(&nd).unwrap();
+            let (cert, key) = (
+                put(&nd, "server.pem", &pair.cert),
+                put(&nd, "server.key", &pair.key),
+            );
+            let mut env = vec![
+                (
+                    "LEAF_SERVER__TLS__CERT_FILE",
+                    cert.to_str().unwrap().to_string(),
+                ),
+                (
+                    "LEAF_SERVER__TLS__KEY_FILE",
+                    key.to_str().unwrap().to_string(),
+                ),
+                (
+                    "LEAF_SERVER__TLS__CLIENT_CA_FILE",
+                    ca_file.to_str().unwrap().to_string(),
+                ),
+            ];
+            env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let s = spawn(&nd, n, &ns.url, &ns.prefix, &env);
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while !https(s.port, &h1, "/readyz").is_ok_and(|r| r.status == 200) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "node {n} not ready over TLS:\n{}",
+                    s.log_text()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            s
+        };
+        let forwarded = |s: &Server| {
+            let scrape = https(s.port, &h1, "/metrics").unwrap().body;
+            common::gauge(&scrape, "leaf_monotonic_forwarded_calls_total")
+        };
+        // The first node leads.
+        let leader = node(0, &[]);
+        let led = https(leader.port, &h1, "/v1/monotonic/range?count=1").unwrap();
+        assert_eq!(led.status, 200, "{}", led.body);
+        // A follower forwards over TLS: answered, and counted as forwarded.
+        let follower = node(1, &[]);
+        let mut last = 0;
+        for _ in 0..20 {
+            let r = https(follower.port, &h1, "/v1/monotonic?count=3").unwrap();
+            assert_eq!(r.status, 200, "{}\n{}", r.body, follower.log_text());
+            let ids = r.ids();
+            assert!(ids[0] > last, "{ids:?} after {last}");
+            last = ids[2];
+        }
+        assert!(forwarded(&follower) >= 20.0, "{}", follower.log_text());
+        // The leader's certificate is verified: against another CA, or for another name,
+        // nothing is forwarded.
+        let other_ca = other_file.to_str().unwrap();
+        for (n, extra) in [
+            (2, ("LEAF_MONOTONIC__FORWARD_CA_FILE", other_ca)),
+            (
+                3,
+                ("LEAF_MONOTONIC__FORWARD_SERVER_NAME", "not-a-node.example"),
+            ),
+        ] {
+            let refused = node(n, &[extra]);
+            let r = https(refused.port, &h1, "/v1/monotonic").unwrap();
+            assert_eq!(r.status, 503, "{extra:?}: {}", r.body);
+            assert!(r.body.contains("could not be reached"), "{}", r.body);
+            let log = refused.log_text();
+            assert!(log.contains("TLS with the leader"), "{extra:?}:\n{log}");
+        }
+    })
+    .await
+    .unwrap();
+}
+
 /// The monotonic mode on three nodes, each reaching Redis through a proxy: the leader's link
 /// stalled then delivered late, the next leader's cut, then every link cut; the clients'
 /// history holds (`common::monotonic`).

@@ -491,6 +491,44 @@ async fn refuse_plaintext_http2(stream: TcpStream) {
     .await;
 }
 
+/// A TLS client that verifies the server's certificate against the CAs of `ca_file` (PEM, the
+/// key `ca_key` names it in errors) and presents the node's own certificate and key (`own`'s
+/// `cert_file` and `key_file`) to a server that asks for one; ALPN `h2`. The files are read
+/// now, so a client made for each new connection uses rotated ones. A follower's link to its
+/// monotonic leader.
+pub(crate) fn verified_client(
+    ca_key: &'static str,
+    ca_file: &Path,
+    own: &TlsConfig,
+) -> Result<Arc<rustls::ClientConfig>, KeyError> {
+    let pem = std::fs::read(ca_file)
+        .map_err(|e| (ca_key, format!("cannot read {}: {e}", ca_file.display())))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in certificates(ca_key, Some(ca_file), &pem)? {
+        roots
+            .add(ca)
+            .map_err(|e| (ca_key, format!("{}: {e}", ca_file.display())))?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| (ca_key, e.to_string()))?
+        .with_root_certificates(roots);
+    let bytes = read_files(own)?;
+    let mut config = match own.cert_file.is_some() && own.key_file.is_some() {
+        false => builder.with_no_client_auth(),
+        true => {
+            let chain = certificates("server.tls.cert_file", own.cert_file.as_deref(), &bytes[0])?;
+            let key = PrivateKeyDer::from_pem_slice(&bytes[1])
+                .map_err(|e| ("server.tls.key_file", format!("not a PEM private key: {e}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| ("server.tls.cert_file", e.to_string()))?
+        }
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// A TLS client that does not verify the server's certificate: for the node's own probe on
 /// loopback (`leaf-server probe`) and the start-up read of peers' clocks, which learn only
 /// whether a node is up and what time it says; nothing secret travels, and peers are found by

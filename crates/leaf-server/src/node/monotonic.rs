@@ -10,6 +10,7 @@
 //! answer of the leader's own would (ARCHITECTURE.md, "Monotonic IDs").
 
 use std::ops::RangeInclusive;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -22,6 +23,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use leaf_snowflake::monotonic::{Leader, LeaderStatus, MAX_ISSUE, Refusal};
 use tokio::sync::oneshot;
 
+use crate::compose::config::TlsConfig;
+use crate::http::tls::{server_name, verified_client};
 use crate::node::error::{ApiError, CODE_EXHAUSTED, CODE_NOT_LEADER};
 use crate::node::tokens::TokenSets;
 
@@ -84,22 +87,34 @@ impl Counters {
 impl MonotonicService {
     /// A node that takes part in the election through `leader`. `client_tokens` are the
     /// tokens this node presents to the leader when it forwards.
-    pub(crate) fn elected(leader: Leader, client_tokens: Arc<TokenSets>, coalesce: bool) -> Self {
-        Self::with(Serving::Elected(leader), client_tokens, coalesce)
+    /// `tls`: how it reaches a leader whose port speaks TLS (`[server.tls]` on).
+    pub(crate) fn elected(
+        leader: Leader,
+        client_tokens: Arc<TokenSets>,
+        coalesce: bool,
+        tls: Option<ForwardTls>,
+    ) -> Self {
+        Self::with(Serving::Elected(leader), client_tokens, coalesce, tls)
     }
 
     /// A node whose workerId mode cannot elect a leader: every request is answered with `why`.
     pub(crate) fn refused(why: String, client_tokens: Arc<TokenSets>) -> Self {
-        Self::with(Serving::Refused(why), client_tokens, true)
+        Self::with(Serving::Refused(why), client_tokens, true, None)
     }
 
-    fn with(serving: Serving, tokens: Arc<TokenSets>, coalesce: bool) -> Self {
+    fn with(
+        serving: Serving,
+        tokens: Arc<TokenSets>,
+        coalesce: bool,
+        tls: Option<ForwardTls>,
+    ) -> Self {
         MonotonicService {
             inner: Arc::new(Inner {
                 serving,
                 coalesce,
                 forward: Forwarder {
                     tokens,
+                    tls,
                     link: tokio::sync::Mutex::new(None),
                     queue: Mutex::new(Queue::default()),
                     failing: Default::default(),
@@ -204,10 +219,53 @@ fn refusal(r: Refusal) -> ApiError {
     }
 }
 
+/// How a follower reaches its leader when the nodes' ports speak TLS (`[server.tls]`): the
+/// leader's certificate verified against `ca` (`monotonic.forward_ca_file`, else
+/// `server.tls.client_ca_file`) for `server_name` (`monotonic.forward_server_name`, else the
+/// leader's address), and the node's own certificate presented when the leader asks for one.
+/// The client token travels only once the leader's certificate is verified.
+#[derive(Clone, Debug)]
+pub(crate) struct ForwardTls {
+    /// The key that names the CA file, and the file; `None`: neither is set, and forwarding
+    /// fails saying so.
+    pub(crate) ca: Option<(&'static str, PathBuf)>,
+    /// The name the leader's certificate must carry.
+    pub(crate) server_name: Option<String>,
+    /// The node's own `[server.tls]`: its certificate and key, presented as a client's.
+    pub(crate) own: TlsConfig,
+}
+
+impl ForwardTls {
+    /// A TLS stream to the leader at `addr` (`host:port`) over `tcp`.
+    async fn connect(
+        &self,
+        addr: &str,
+        tcp: tokio::net::TcpStream,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+        let (key, ca) = self.ca.as_ref().ok_or(
+            "server.tls is on and neither monotonic.forward_ca_file nor server.tls.client_ca_file \
+             names the CAs to verify the leader's certificate with",
+        )?;
+        let config = verified_client(key, ca, &self.own).map_err(|(k, e)| format!("{k}: {e}"))?;
+        let host = match &self.server_name {
+            Some(name) => name.clone(),
+            None => addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_string(),
+        };
+        let name = server_name(&host).map_err(|e| e.to_string())?;
+        let handshake = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
+        tokio::time::timeout(FORWARD_TIMEOUT, handshake)
+            .await
+            .map_err(|_| "the TLS handshake timed out".to_string())?
+            .map_err(|e| format!("TLS with the leader ({host}): {e}"))
+    }
+}
+
 /// The follower's side: one HTTP/2 connection to the leader, and the queue of requests waiting
 /// for the next call.
 struct Forwarder {
     tokens: Arc<TokenSets>,
+    /// TLS to the leader, where the nodes' ports speak it.
+    tls: Option<ForwardTls>,
     /// The leader's address and the connection to it.
     link: tokio::sync::Mutex<Option<(String, SendRequest<Empty<Bytes>>)>>,
     queue: Mutex<Queue>,
@@ -357,7 +415,8 @@ impl Forwarder {
         };
         let authority = authority(addr);
         let mut sender = self.sender(&authority).await.map_err(unreachable)?;
-        let mut req = Request::get(format!("http://{authority}{RANGE_ROUTE}?count={n}"))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut req = Request::get(format!("{scheme}://{authority}{RANGE_ROUTE}?count={n}"))
             .body(Empty::<Bytes>::new())
             .map_err(|e| unreachable(e.to_string()))?;
         if let Some(token) = self.tokens.client.first()
@@ -427,15 +486,10 @@ impl Forwarder {
             .map_err(|_| "connecting timed out".to_string())?
             .map_err(|e| e.to_string())?;
         let _ = tcp.set_nodelay(true);
-        let (sender, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection to the monotonic leader ended");
-            }
-        });
+        let sender = match &self.tls {
+            None => h2_over(TokioIo::new(tcp)).await?,
+            Some(tls) => h2_over(TokioIo::new(tls.connect(addr, tcp).await?)).await?,
+        };
         *link = Some((addr.to_string(), sender.clone()));
         Ok(sender)
     }
@@ -446,6 +500,23 @@ impl Forwarder {
             *link = None;
         }
     }
+}
+
+/// An HTTP/2 connection (prior knowledge, or `h2` by ALPN) over `io`, driven by a task of its
+/// own: its sender.
+async fn h2_over<T>(io: TokioIo<T>) -> Result<SendRequest<Empty<Bytes>>, String>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "connection to the monotonic leader ended");
+        }
+    });
+    Ok(sender)
 }
 
 /// An identity `ip:port` as the authority of a URI and a socket address: an IPv6 address in

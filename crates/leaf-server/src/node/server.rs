@@ -37,7 +37,7 @@ use crate::http::tls::ServerTls;
 use crate::http::write_timeout::WriteTimeout;
 use crate::node::identity;
 use crate::node::metrics::Metrics;
-use crate::node::monotonic::MonotonicService;
+use crate::node::monotonic::{ForwardTls, MonotonicService};
 use crate::node::state::{AppState, LoadMetrics, PeerSkew, SegmentService, SnowflakeService};
 use leaf_segment::warm;
 use leaf_snowflake::monotonic::{Leader, LeaderConfig, MonotonicLayout};
@@ -210,6 +210,32 @@ impl Running {
     }
 }
 
+/// How a follower reaches a leader whose port speaks TLS, where `[server.tls]` is on.
+fn forward_tls(config: &Config) -> Option<ForwardTls> {
+    let tls = &config.server.tls;
+    if !tls.enabled() {
+        return None;
+    }
+    let m = &config.monotonic;
+    let ca = match (&m.forward_ca_file, &tls.client_ca_file) {
+        (Some(f), _) => Some(("monotonic.forward_ca_file", f.clone())),
+        (None, Some(f)) => Some(("server.tls.client_ca_file", f.clone())),
+        (None, None) => {
+            tracing::warn!(
+                "server.tls is on and neither monotonic.forward_ca_file nor \
+                 server.tls.client_ca_file is set: this node cannot verify a monotonic leader's \
+                 certificate, and answers 503 while it follows"
+            );
+            None
+        }
+    };
+    Some(ForwardTls {
+        ca,
+        server_name: m.forward_server_name.clone(),
+        own: tls.clone(),
+    })
+}
+
 /// Why a workerId mode whose leader claim has no lease does not serve monotonic IDs.
 fn unfenced_monotonic_refusal(mode: &str) -> String {
     let table = match mode {
@@ -274,6 +300,7 @@ async fn start_monotonic(
         leader,
         tokens,
         config.monotonic.coalesce,
+        forward_tls(config),
     ))
 }
 

@@ -13,72 +13,9 @@ use std::time::{Duration, Instant};
 use leaf_server::grpc::pb::NextSnowflakeIdsRequest;
 use leaf_server::grpc::pb::snowflake_client::SnowflakeClient;
 use leaf_server::peer_clock;
-use rustls::pki_types::ServerName;
 
-use super::common::certs::{Ca, Pair, client_config, put};
+use super::common::certs::{Ca, Pair, Tls, client_config, https, put};
 use super::common::{Reply, Server, command, free_port, parse_reply, wait_exit};
-
-/// A TLS connection of the tests, kept open across requests.
-struct Tls {
-    stream: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
-}
-
-impl Tls {
-    fn connect(port: u16, config: Arc<rustls::ClientConfig>) -> std::io::Result<Tls> {
-        let tcp = TcpStream::connect(("127.0.0.1", port))?;
-        tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let name = ServerName::try_from("localhost").unwrap();
-        let conn = rustls::ClientConnection::new(config, name).map_err(std::io::Error::other)?;
-        let mut stream = rustls::StreamOwned::new(conn, tcp);
-        // The handshake, now: a refused one fails here, not at the first request.
-        while stream.conn.is_handshaking() {
-            stream.conn.complete_io(&mut stream.sock)?;
-        }
-        Ok(Tls { stream })
-    }
-
-    /// The server's certificate on this connection, as DER.
-    fn server_cert(&self) -> Vec<u8> {
-        self.stream.conn.peer_certificates().unwrap()[0].to_vec()
-    }
-
-    fn handshake(&self) -> Option<rustls::HandshakeKind> {
-        self.stream.conn.handshake_kind()
-    }
-
-    fn alpn(&self) -> Option<Vec<u8>> {
-        self.stream.conn.alpn_protocol().map(<[u8]>::to_vec)
-    }
-
-    /// One GET on the open connection (keep-alive), its answer read by `Content-Length`.
-    fn get(&mut self, path: &str) -> std::io::Result<Reply> {
-        write!(
-            self.stream,
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n"
-        )?;
-        self.stream.flush()?;
-        let mut raw = Vec::new();
-        let mut byte = [0u8; 1];
-        while !raw.ends_with(b"\r\n\r\n") {
-            if self.stream.read(&mut byte)? == 0 {
-                return Err(std::io::Error::other(format!(
-                    "closed after {:?}",
-                    String::from_utf8_lossy(&raw)
-                )));
-            }
-            raw.push(byte[0]);
-        }
-        let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .map_or(0, |v| v.trim().parse().unwrap());
-        let mut body = vec![0; length];
-        self.stream.read_exact(&mut body)?;
-        raw.extend_from_slice(&body);
-        parse_reply(&raw)
-    }
-}
 
 impl Reply {
     fn headers_named(&self, name: &str) -> Option<&str> {
@@ -87,11 +24,6 @@ impl Reply {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
-}
-
-/// One GET on a connection of its own.
-fn https(port: u16, config: &Arc<rustls::ClientConfig>, path: &str) -> std::io::Result<Reply> {
-    Tls::connect(port, Arc::clone(config))?.get(path)
 }
 
 /// The files of a server's TLS, in `dir`.

@@ -1,5 +1,7 @@
 //! `[monotonic]`: the monotonic mode (linearizable IDs from an elected leader).
 
+use std::path::PathBuf;
+
 use leaf_core::Result;
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +20,12 @@ pub struct MonotonicSection {
     /// A follower's requests that wait at the same moment go to the leader in one call.
     /// `false`: one call per request (to measure what coalescing brings). Default `true`.
     pub coalesce: bool,
+    /// With `[server.tls]` on: the CAs (PEM) a follower verifies its leader's certificate
+    /// with. Default: `server.tls.client_ca_file`.
+    pub forward_ca_file: Option<PathBuf>,
+    /// With `[server.tls]` on: the name the leader's certificate must carry (a DNS name every
+    /// node's certificate has, say). Default: the leader's address (`snowflake.ip`).
+    pub forward_server_name: Option<String>,
 }
 
 impl Default for MonotonicSection {
@@ -26,6 +34,8 @@ impl Default for MonotonicSection {
             enabled: true,
             window_ms: 3000,
             coalesce: true,
+            forward_ca_file: None,
+            forward_server_name: None,
         }
     }
 }
