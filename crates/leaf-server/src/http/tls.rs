@@ -417,6 +417,8 @@ fn is_open_with_admin(path: &str) -> bool {
         || path.starts_with("/v1/decode/")
         || (path.starts_with("/v1/snowflake/") && path.ends_with("/decode"))
         || path == "/leaf.v1.Snowflake/DecodeSnowflake"
+        || (path.starts_with("/v1/monotonic/") && path.ends_with("/decode"))
+        || path == "/leaf.v1.Monotonic/DecodeMonotonic"
         || path.starts_with("/grpc.reflection.")
 }
 

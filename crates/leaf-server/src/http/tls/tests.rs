@@ -45,6 +45,8 @@ fn the_probes_routes_never_need_a_certificate_and_admin_guards_by_default() {
         "/v1/decode/order",
         "/v1/snowflake/123/decode",
         "/leaf.v1.Snowflake/DecodeSnowflake",
+        "/v1/monotonic/123/decode",
+        "/leaf.v1.Monotonic/DecodeMonotonic",
         "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
     ] {
         assert!(all.needs_client_cert(open), "{open}");
@@ -62,6 +64,11 @@ fn the_probes_routes_never_need_a_certificate_and_admin_guards_by_default() {
         "/v1/segment/order",
         "/v1/segment/order/allocate",
         "/v1/snowflake",
+        "/v1/monotonic",
+        "/v1/monotonic/range",
+        "/api/monotonic/get",
+        "/leaf.v1.Monotonic/NextMonotonicIds",
+        "/leaf.v1.Monotonic/StreamMonotonicIds",
         "/leaf.v1.Segment/AllocateSegment",
         "/leaf.v1.Admin/CreateTag",
         "/%63ache",
