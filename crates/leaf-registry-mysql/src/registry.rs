@@ -19,8 +19,9 @@ use crate::error::classify;
 pub const LEAF_WORKERID_ALLOC_DDL: &str = "CREATE TABLE leaf_workerid_alloc (id int(10) unsigned NOT NULL AUTO_INCREMENT, ip_port varchar(128) NOT NULL DEFAULT '', ip varchar(64) NOT NULL DEFAULT '', port varchar(64) NOT NULL DEFAULT '', max_timestamp bigint(20) DEFAULT NULL, create_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP, update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, PRIMARY KEY (id), UNIQUE KEY ip_port (ip_port)) ENGINE=InnoDB;";
 
 /// `leaf_workerid_lease`: the leased pool the monotonic mode's leader holds
-/// (`leaf_sql::SqlLeases`). It runs only when the table is missing.
-pub const LEAF_WORKERID_LEASE_DDL: &str = "CREATE TABLE leaf_workerid_lease (name varchar(128) NOT NULL, id bigint NOT NULL, token bigint NOT NULL DEFAULT 0, owner varchar(128) NOT NULL DEFAULT '', ttl_ms bigint NOT NULL DEFAULT 0, lease_until bigint NOT NULL DEFAULT 0, max_timestamp bigint DEFAULT NULL, update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, PRIMARY KEY (name, id)) ENGINE=InnoDB;";
+/// (`leaf_sql::SqlLeases`). It runs only when the table is missing. `name` compares bytes, so
+/// that leaf names differing in case are two pools.
+pub const LEAF_WORKERID_LEASE_DDL: &str = "CREATE TABLE leaf_workerid_lease (name varchar(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, id bigint NOT NULL, token bigint NOT NULL DEFAULT 0, owner varchar(128) NOT NULL DEFAULT '', ttl_ms bigint NOT NULL DEFAULT 0, lease_until bigint NOT NULL DEFAULT 0, max_timestamp bigint DEFAULT NULL, update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, PRIMARY KEY (name, id)) ENGINE=InnoDB;";
 
 #[async_trait]
 impl RegistryDialect for MysqlDialect {

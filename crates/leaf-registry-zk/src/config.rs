@@ -25,7 +25,8 @@ pub struct ZkConfig {
     /// `zk_recycle`: the TTL of a worker id's lease, in milliseconds. The owner stores it in its
     /// node; any node's recycler returns the id to the pool once its node went unchanged that
     /// long. It must be at least the generator's minimum (renew period + fencing margin +
-    /// latency allowance). Default `10000`.
+    /// latency allowance). Also the lease of the monotonic leader's claim on `zk_normal` with
+    /// `fence_on_disconnect` (a `zk_recycle` pool of one). Default `10000`.
     pub recycle_idle_timeout_ms: u64,
     /// The root of Leaf's nodes (Leaf's `/snowflake`); the nodes of a leaf name live under
     /// `{root}/{name}`. Default `"/snowflake"`.

@@ -59,9 +59,9 @@ impl Descriptor for ZkNormal {
         open(config, ZkMode::Normal, cache_dir, name)
     }
 
-    /// With `fence_on_disconnect`, the `zk_recycle` pool on the same ensemble (a lease that
-    /// ends with the session, which a leader fences itself on); without it `zk_normal`'s own
-    /// registry, which the monotonic mode refuses.
+    /// With `fence_on_disconnect`, the `zk_recycle` pool on the same ensemble (leased for
+    /// `recycle_idle_timeout_ms`, which a leader fences itself on; its mode reads
+    /// `zk_recycle`); without it `zk_normal`'s own registry, which the monotonic mode refuses.
     fn open_leader_registry(config: &ZkConfig, cache_dir: &Path, name: &str) -> Result<Registry> {
         let mode = match config.fence_on_disconnect {
             true => ZkMode::Recycle,

@@ -404,3 +404,40 @@ async fn a_monotonic_cluster_keeps_order_through_partitions() {
     let (db, _root) = database().await;
     common::sql::monotonic_partitions("postgres", &db.url).await;
 }
+
+/// A leader claim the configuration can never grant refuses the monotonic mode with why (a 503
+/// naming the key) while the node serves everything else: a lease too short for the renewals,
+/// and a leaf name too long for `leaf_workerid_lease`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_claim_that_cannot_be_granted_refuses_monotonic_ids_naming_why() {
+    let (db, _root) = database().await;
+    let url = db.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let long_name = "n".repeat(120);
+        let cases = [
+            (
+                vec![("LEAF_SNOWFLAKE__POSTGRES__LEASE_TTL_MS", "1000")],
+                "lease_ttl_ms",
+            ),
+            (vec![("LEAF_NAME", long_name.as_str())], "128 bytes"),
+        ];
+        for (n, (extra, named)) in cases.into_iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let mut env = vec![("LEAF_SNOWFLAKE__POSTGRES__FENCE_ON_DISCONNECT", "true")];
+            env.extend(extra);
+            let mut s = spawn(dir.path(), n as u32, &url, free_port(), &env);
+            s.wait_for("/readyz", Duration::from_secs(60));
+            let r = s.get("/v1/monotonic");
+            assert_eq!(r.status, 503, "{}", r.body);
+            assert!(
+                r.body.contains("monotonic IDs are not served") && r.body.contains(named),
+                "{named}: {}",
+                r.body
+            );
+            assert_eq!(s.get("/v1/snowflake").status, 200);
+            assert!(s.log_text().contains("monotonic IDs are not served"));
+        }
+    })
+    .await
+    .unwrap();
+}

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,6 +18,7 @@ use sqlx::Pool;
 use tokio::sync::Mutex;
 
 use crate::config::{Rotation, pool};
+use crate::error::map_sqlx;
 use crate::inline::{Arg, inline};
 use crate::store::{ensure_table, type_name};
 use crate::{KEY, Queries, SqlConfig};
@@ -113,7 +115,10 @@ impl Statements {
 /// The lease is `lease_ttl_ms`, stored with the claim so that renewals extend it by the
 /// owner's TTL. The database server's clock counts it, as Redis's counts a `PEXPIRE`: a holder
 /// counts its own validity from before each renewal by its monotonic clock, which ends before
-/// the server's end of the lease as long as the server's clock does not jump ahead.
+/// the server's end of the lease as long as the server's clock does not jump ahead by more
+/// than the fencing margin (a stepped clock, or a failover to a server whose clock is ahead,
+/// ends leases early). At the first claim the table is created when missing and the
+/// deployment checked as the identity lock's is (a Galera node refused, lax commits warned of).
 ///
 /// `SqlLeases` is the registry of the monotonic mode's claim on the SQL modes; the `mysql` and
 /// `postgres` workerId modes themselves hold ids by identity ([`SqlClaims`](crate::SqlClaims)).
@@ -126,6 +131,9 @@ pub struct SqlLeases<D: Queries> {
     file_name: String,
     statements: Statements,
     held: Mutex<Option<HeldClaim>>,
+    /// Whether the table was made (or found) and the deployment checked: once, at the first
+    /// claim that reached the server, not at every campaign.
+    prepared: AtomicBool,
 }
 
 /// The leased registry of dialect `D` with its cache file.
@@ -167,12 +175,34 @@ impl<D: Queries> SqlLeases<D> {
             file_name: format!("lease-{}-{name}", D::NAME),
             statements: Statements::new(D::NOW_MS),
             held: Mutex::new(None),
+            prepared: AtomicBool::new(false),
         })
     }
 
     /// This pool with its cache file in `cache_dir`.
     pub fn registry(self, cache_dir: impl Into<PathBuf>) -> SqlLeaseRegistry<D> {
         CachedRegistry::new(self, cache_dir)
+    }
+
+    /// Creates the table when missing and checks the deployment as the identity lock does
+    /// ([`RegistryDialect::check_deployment`](crate::RegistryDialect::check_deployment)):
+    /// refused where a committed lease or mark may be lost or granted twice, warned of where a
+    /// crash may lose the last ones. Once.
+    async fn prepare(&self) -> Result<()> {
+        if self.prepared.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        ensure_table::<D>(&self.pool, TABLE, D::LEAF_WORKERID_LEASE_DDL).await?;
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| map_sqlx::<D>(e, TABLE, KEY))?;
+        for warning in D::check_deployment(&mut conn).await? {
+            tracing::warn!(backend = D::NAME, "{warning}");
+        }
+        self.prepared.store(true, Ordering::Release);
+        Ok(())
     }
 
     fn ttl(&self) -> Duration {
@@ -294,8 +324,8 @@ impl<D: Queries> WorkerIdClaims for SqlLeases<D> {
         bounded(
             D::NAME,
             self.limit(),
-            "creating leaf_workerid_lease",
-            ensure_table::<D>(&self.pool, TABLE, D::LEAF_WORKERID_LEASE_DDL),
+            "preparing leaf_workerid_lease",
+            self.prepare(),
         )
         .await?;
         let max = req.max_worker_id.min(MAX_POOL_ID);

@@ -213,6 +213,10 @@ macro_rules! sql_registry_tests {
                 a_worker_id_given_to_another_identity_loses_the_lease(false),
             mark_statements_prove_the_lock_and_the_identity,
         );
+        $crate::sql_tests!($backend, leases;
+            the_leased_pool_grants_its_lease_ttl,
+            racing_claims_of_a_pool_of_one_give_it_to_one,
+        );
     };
 }
 

@@ -266,7 +266,18 @@ async fn start_monotonic(
         tracing::warn!("{why}");
         return Ok(MonotonicService::refused(why, tokens));
     }
-    let registry = backends::monotonic_registry(config).await?.worker;
+    // A claim that cannot be opened, or that its configuration can never grant (a lease too
+    // short for the renewals, a name too long for its table), refuses the mode with why; the
+    // rest of the node serves.
+    let refuse = |e: leaf_core::Error| {
+        let why = format!("monotonic IDs are not served: {e}");
+        tracing::error!("{why}");
+        MonotonicService::refused(why, Arc::clone(&tokens))
+    };
+    let registry = match backends::monotonic_registry(config).await {
+        Ok(r) => r.worker,
+        Err(e) => return Ok(refuse(e)),
+    };
     let mode = registry.mode();
     if !(registry.capabilities().recycles || mode == "local") {
         let why = unfenced_monotonic_refusal(mode);
@@ -287,6 +298,7 @@ async fn start_monotonic(
     let leader = Leader::new(registry, identity.clone(), Arc::clone(clock), leader_config);
     match leader.step().await {
         Ok(()) => tracing::info!(%identity, mode, "monotonic mode: this node leads"),
+        Err(e @ leaf_core::Error::Config(_)) => return Ok(refuse(backends::mode_error(config, e))),
         Err(e) => tracing::info!(
             %identity,
             mode,

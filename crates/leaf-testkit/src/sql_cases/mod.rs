@@ -6,6 +6,7 @@
 
 pub mod faults;
 pub mod hold;
+pub mod leases;
 pub mod registry;
 pub mod secured;
 pub mod store;
