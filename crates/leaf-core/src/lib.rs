@@ -29,6 +29,7 @@ pub use redact::redact_url;
 pub use registry::{
     AcquireRequest, HeldClaim, LEASE_LATENCY_ALLOWANCE, Lease, LeaseToken, NodeIdentity,
     PeerDirectory, RegistryCapabilities, Renewal, WorkerIdRegistry, min_lease_ttl,
+    no_free_worker_id,
 };
 pub use secret::{check_tls_files, read_secret_file, secret, tls_certificate_refused};
 pub use store::{

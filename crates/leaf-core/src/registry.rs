@@ -168,6 +168,23 @@ impl Lease {
     }
 }
 
+/// A recycling pool's answer when a claim found no id: `far_ahead` is the first free id it
+/// skipped and its mark, further ahead of the claimer's clock (`now_ms`) than `max_ahead_ms`;
+/// `None` when every id of `0..=max` is in use.
+pub fn no_free_worker_id(max: u64, far_ahead: Option<(u64, u64)>, now_ms: u64) -> crate::Error {
+    crate::Error::Unavailable(match far_ahead {
+        Some((id, mark)) => format!(
+            "no free worker id in 0..={max} is usable now: worker id {id} carries mark {mark}, \
+             more than max_ahead_ms ahead of this clock ({now_ms}); another machine's clock ran \
+             fast"
+        ),
+        None => format!(
+            "every worker id in 0..={max} is in use; one comes back when its owner stops or \
+             after its lease ttl"
+        ),
+    })
+}
+
 /// What a recycling backend keeps of the claim it holds: the worker id, the claim's token and
 /// the TTL it granted. Renewals, the release and `abandon` act only for a lease of this claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

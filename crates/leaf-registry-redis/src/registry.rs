@@ -250,20 +250,8 @@ impl WorkerIdClaims for RedisClaims {
             .await?;
         let (claimed, id, mark) = answer;
         if claimed != 1 {
-            return Err(if id >= 0 {
-                Error::Unavailable(format!(
-                    "no free worker id in 0..={max} is usable now: worker id {id} carries mark \
-                     {mark}, more than max_ahead_ms ahead of this clock ({}); another machine's \
-                     clock ran fast",
-                    req.now_ms
-                ))
-            } else {
-                Error::Unavailable(format!(
-                    "every worker id in 0..={max} is in use; one comes back when its owner stops \
-                     or after its lease ttl"
-                ))
-            }
-            .into());
+            let far_ahead = u64::try_from(id).ok().map(|id| (id, mark));
+            return Err(leaf_core::no_free_worker_id(max, far_ahead, req.now_ms).into());
         }
         let worker_id = id as u64;
         if !replicated {

@@ -306,16 +306,7 @@ pub(crate) async fn claim(
             }
         }
     }
-    Err(match too_far_ahead {
-        Some((id, mark)) => Error::Unavailable(format!(
-            "no free worker id in 0..={max} is usable now: worker id {id} carries mark {mark}, \
-             more than max_ahead_ms ahead of this clock ({now_ms}); another machine's clock ran fast"
-        )),
-        None => Error::Unavailable(format!(
-            "every worker id in 0..={max} is in use; one comes back when its owner stops or after \
-             its lease ttl"
-        )),
-    })
+    Err(leaf_core::no_free_worker_id(max, too_far_ahead, now_ms))
 }
 
 /// Creates `epoch/{id}` if it is missing (at version 0: no claim yet).

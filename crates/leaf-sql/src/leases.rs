@@ -20,6 +20,7 @@ use tokio::sync::Mutex;
 use crate::config::{Rotation, pool};
 use crate::error::map_sqlx;
 use crate::inline::{Arg, inline};
+use crate::queries::signed;
 use crate::store::{ensure_table, type_name};
 use crate::{KEY, Queries, SqlConfig};
 
@@ -151,10 +152,6 @@ impl<D: Queries> fmt::Debug for SqlLeases<D> {
 /// A random token that fits the bigint column, never 0 (`LeaseToken::NONE`, a free row).
 fn new_token() -> LeaseToken {
     LeaseToken::new(fastrand::u64(1..=i64::MAX as u64))
-}
-
-fn signed(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl<D: Queries> SqlLeases<D> {
@@ -363,19 +360,7 @@ impl<D: Queries> WorkerIdClaims for SqlLeases<D> {
             }
         }
         let Some(worker_id) = claimed else {
-            return Err(match skipped {
-                Some((id, mark)) => Error::Unavailable(format!(
-                    "no free worker id in 0..={max} is usable now: worker id {id} carries mark \
-                     {mark}, more than max_ahead_ms ahead of this clock ({}); another machine's \
-                     clock ran fast",
-                    req.now_ms
-                )),
-                None => Error::Unavailable(format!(
-                    "every worker id in 0..={max} is in use; one comes back when its owner stops \
-                     or after its lease ttl"
-                )),
-            }
-            .into());
+            return Err(leaf_core::no_free_worker_id(max, skipped, req.now_ms).into());
         };
         // Read after the claim: only this token writes the row from here on, so this is the
         // mark the claim took over.

@@ -66,7 +66,8 @@ pub trait Queries: StoreDialect + RegistryDialect {
     async fn lease_rows(pool: &Pool<Self::Db>, sql: String) -> Result<Vec<LeaseRow>>;
 }
 
-fn signed(n: u64) -> i64 {
+/// `n` as a bigint, `i64::MAX` past it.
+pub(crate) fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 

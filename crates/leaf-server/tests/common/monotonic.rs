@@ -438,14 +438,10 @@ pub(crate) const BEHIND: Duration = Duration::from_secs(8);
 /// The environment that sets a process's clock `BEHIND` the machine's: Debian's libfaketime
 /// (package `faketime`), preloaded. Fails loudly where it is missing.
 pub(crate) fn clock_behind() -> Vec<(&'static str, String)> {
-    let lib = ["libfaketimeMT.so.1", "libfaketime.so.1"]
+    let dirs = ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime"];
+    let lib = dirs
         .iter()
-        .map(|l| Path::new("/usr/lib/x86_64-linux-gnu/faketime").join(l))
-        .chain(
-            ["libfaketimeMT.so.1", "libfaketime.so.1"]
-                .iter()
-                .map(|l| Path::new("/usr/lib/faketime").join(l)),
-        )
+        .flat_map(|d| ["libfaketimeMT.so.1", "libfaketime.so.1"].map(|l| Path::new(d).join(l)))
         .find(|p| p.exists())
         .unwrap_or_else(|| {
             panic!("no libfaketime: install Debian's faketime package (.ci/run does)")
