@@ -30,12 +30,21 @@ fn allocator(rt: &tokio::runtime::Runtime, tag: &str) -> SegmentAllocator {
     alloc
 }
 
+/// The chunk of the local handles measured.
+const CHUNK: u64 = 256;
+
 /// Runs `work(iters)` on two threads at once; the time from their common start to the end of
 /// the slower one.
 fn two_threads(iters: u64, work: impl Fn(u64) + Sync) -> Duration {
-    let barrier = Barrier::new(3);
+    threads(2, iters, work)
+}
+
+/// Runs `work(iters)` on `n` threads at once; the time from their common start to the end of
+/// the slowest one.
+fn threads(n: usize, iters: u64, work: impl Fn(u64) + Sync) -> Duration {
+    let barrier = Barrier::new(n + 1);
     std::thread::scope(|scope| {
-        for _ in 0..2 {
+        for _ in 0..n {
             scope.spawn(|| {
                 barrier.wait();
                 work(iters);
@@ -75,6 +84,10 @@ fn bench(c: &mut Criterion) {
     let tag_handle = rt.block_on(alloc.handle(tag)).expect("handle");
     g.bench_function("handle_next_id", |b| {
         b.iter(|| poll_once_then_block(&rt, &mut cx, tag_handle.next_id()))
+    });
+    let mut local = tag_handle.local(CHUNK).expect("local handle");
+    g.bench_function("local_handle_next_id", |b| {
+        b.iter(|| poll_once_then_block(&rt, &mut cx, std::pin::pin!(local.next_id())))
     });
 
     // Background loads run on the runtime's worker; the two measuring threads drive their own
@@ -118,6 +131,52 @@ fn bench(c: &mut Criterion) {
                 handle.block_on(async {
                     for _ in 0..n {
                         let _ = black_box(shared_handle.next_id().await);
+                    }
+                })
+            })
+        })
+    });
+    g.bench_function("two_threads_local_handles", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |n| {
+                let mut local = shared_handle.local(CHUNK).expect("local handle");
+                handle.block_on(async {
+                    for _ in 0..n {
+                        let _ = black_box(local.next_id().await);
+                    }
+                })
+            })
+        })
+    });
+    g.throughput(Throughput::Elements(4));
+    g.bench_function("four_threads_one_atomic_baseline", |b| {
+        let counter = AtomicU64::new(0);
+        b.iter_custom(|iters| {
+            threads(4, iters, |n| {
+                for _ in 0..n {
+                    black_box(black_box(&counter).fetch_add(1, Ordering::Relaxed));
+                }
+            })
+        })
+    });
+    g.bench_function("four_threads_one_handle", |b| {
+        b.iter_custom(|iters| {
+            threads(4, iters, |n| {
+                handle.block_on(async {
+                    for _ in 0..n {
+                        let _ = black_box(shared_handle.next_id().await);
+                    }
+                })
+            })
+        })
+    });
+    g.bench_function("four_threads_local_handles", |b| {
+        b.iter_custom(|iters| {
+            threads(4, iters, |n| {
+                let mut local = shared_handle.local(CHUNK).expect("local handle");
+                handle.block_on(async {
+                    for _ in 0..n {
+                        let _ = black_box(local.next_id().await);
                     }
                 })
             })

@@ -62,6 +62,16 @@ impl TagHandle {
         }
         self.inner.take_ids(&self.entry, n).await
     }
+
+    /// Up to `want` (at least 1) consecutive IDs in one atomic step, as `(first, count)`: what
+    /// is left of the current segment at most. For [`LocalTagHandle`](crate::LocalTagHandle).
+    pub(crate) async fn take(&self, want: u64) -> Result<(i64, u64)> {
+        if self.entry.is_removed() {
+            // Found again by name (a new entry if the tag is back): one ID at a time.
+            return Ok((self.inner.next_id_slow(self.entry.tag.as_str()).await?, 1));
+        }
+        self.inner.take_slow(&self.entry, want).await
+    }
 }
 
 impl<'a> Source<'a> for &'a TagHandle {

@@ -376,6 +376,61 @@ async fn a_handle_shares_the_tags_cursor_and_completes_on_the_first_poll() {
     assert!(h.next_ids(3).await.unwrap()[0] > back);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_handles_take_chunks_of_the_tags_segment_and_never_share_an_id() {
+    let store = RecordingStore::with_tags([("t", 100)]);
+    let alloc = allocator(&store, system(), patient()).await;
+    let h = alloc.handle("t").await.unwrap();
+    for chunk in [0, leaf_segment::MAX_CHUNK + 1] {
+        let r = h.local(chunk);
+        assert!(matches!(r, Err(Error::InvalidInput(_))), "{chunk}: {r:?}");
+    }
+    // A chunk is one step on the tag's cursor: the shared handle goes on above it.
+    let mut local = h.local(16).unwrap();
+    assert_eq!(local.next_id().await.unwrap(), 1);
+    assert_eq!(local.remaining(), 15);
+    assert_eq!(h.next_id().await.unwrap(), 17);
+    assert_eq!(local.next_id().await.unwrap(), 2);
+    // Tasks with their own local handle (chunks of 16 and 64, with segments of 100: chunks
+    // are cut at a segment's end) and one on the shared handle, across many switches.
+    let mut tasks = Vec::new();
+    for chunk in [16, 64, 64, 0] {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            if chunk == 0 {
+                for _ in 0..2000 {
+                    ids.push(h.next_id().await.unwrap());
+                }
+            } else {
+                let mut local = h.local(chunk).unwrap();
+                for _ in 0..2000 {
+                    ids.push(local.next_id().await.unwrap());
+                }
+            }
+            ids
+        }));
+    }
+    let mut seen: HashSet<i64> = [1, 2, 17].into();
+    for t in tasks {
+        let ids = t.await.unwrap();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "ascending per handle");
+        for id in ids {
+            assert!(
+                store.allocated("t", id),
+                "{id} outside the allocated ranges"
+            );
+            assert!(seen.insert(id), "{id} issued twice");
+        }
+    }
+    assert_eq!(seen.len(), 3 + 4 * 2000);
+    // What the first local handle still holds comes after what it gave, whatever was taken
+    // since.
+    let more = local.next_id().await.unwrap();
+    assert_eq!(more, 3);
+    assert!(!seen.contains(&more));
+}
+
 /// What [`Scripted`] answers to its next allocations, before it passes them to its store.
 #[derive(Debug)]
 enum Scripted {
