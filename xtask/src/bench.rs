@@ -84,6 +84,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     };
     let next = against_baseline("next_id_by_name", 3.0)?;
     against_baseline("handle_next_id", 1.5)?;
+    against_baseline("local_handle_next_id", 1.1)?;
     let two = get("segment", "two_threads_shared_tag")?;
     row(
         "segment/two_threads_shared_tag",
@@ -111,6 +112,33 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         ),
         "",
     );
+    let two_local = get("segment", "two_threads_local_handles")?;
+    let ratio = two_local.ns_per_iter / two_atomic.ns_per_iter;
+    row(
+        "segment/two_threads_local_handles",
+        &two_local,
+        format!("{ratio:.2}x the two-thread baseline"),
+        &verdict(ratio <= 1.2, "at most 1.2x"),
+    );
+    let four_atomic = get("segment", "four_threads_one_atomic_baseline")?;
+    row(
+        "segment/four_threads_one_atomic_baseline",
+        &four_atomic,
+        "baseline (four threads)".into(),
+        "",
+    );
+    for id in ["four_threads_one_handle", "four_threads_local_handles"] {
+        let f = get("segment", id)?;
+        row(
+            &format!("segment/{id}"),
+            &f,
+            format!(
+                "{:.2}x the four-thread baseline",
+                f.ns_per_iter / four_atomic.ns_per_iter
+            ),
+            "",
+        );
+    }
 
     let rs = get("snowflake", "rs_snowflake_real_time_generate")?;
     let ferroid = get("snowflake", "ferroid")?;
@@ -146,6 +174,24 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
         &two,
         "one generator, two threads".into(),
         "",
+    );
+    let waiting = get("snowflake_burst", "next_ids_1m_max_borrow_0")?;
+    row(
+        "snowflake_burst/next_ids_1m_max_borrow_0",
+        &waiting,
+        format!(
+            "baseline, {:.2}x the 4,096,000 IDs/s ceiling",
+            waiting.ids_per_sec() / 4_096_000.0
+        ),
+        "",
+    );
+    let borrowing = get("snowflake_burst", "next_ids_1m_max_borrow_300")?;
+    let times = borrowing.ids_per_sec() / 4_096_000.0;
+    row(
+        "snowflake_burst/next_ids_1m_max_borrow_300",
+        &borrowing,
+        format!("{times:.1}x the ceiling"),
+        &verdict(times >= 2.0, "at least 2x"),
     );
     client_rows(&get)
 }

@@ -48,7 +48,7 @@ commands:
                   the segment stores' allocation benchmark, one after the other, on
                   provisioned servers (the testbed images), and a table of the means
   bench-http [SECONDS] [--store {http}]... [--snowflake-load [--server PATH]] [--grpc]
-             [--formatted] [--tls] [--monotonic]
+             [--formatted] [--tls] [--monotonic] [--borrow]
                   the release leaf-server under oha: req/s, latency, batches, RSS, start-up;
                   with --store (repeatable): segment mode on SQLite beside those stores;
                   with --snowflake-load: segment latency alone and under snowflake batches;
@@ -56,7 +56,9 @@ commands:
                   with --formatted: a business tag's IDs beside a plain tag's (leaf-loadgen);
                   with --tls: HTTPS and gRPC over TLS beside plaintext, and the handshake's cost;
                   with --monotonic: monotonic IDs on the leader and through followers (with and
-                  without coalescing) beside snowflake IDs, three servers on one Redis
+                  without coalescing) beside snowflake IDs, three servers on one Redis;
+                  with --borrow: snowflake borrowing ahead of the clock beside it off: single
+                  IDs, sustained batches and bursts past the 4.096M IDs/s ceiling
   conformance [--backend NAME]
                   run the backend crates' tests on provisioned servers ({all}, cluster)
   monitoring      promtool check and test of deploy/monitoring's alert rules, and its dashboard

@@ -22,11 +22,13 @@ pub enum Error {
     /// The service cannot answer now (store down, both segments spent, mark not durable yet).
     #[error("unavailable: {0}")]
     Unavailable(String),
-    /// The wall clock is behind the last issued timestamp. `waited` tells whether the generator
-    /// waited for it first (Leaf's code -1) or the gap was too large to wait (Leaf's code -3).
+    /// The wall clock is behind its reading when the last ID was issued (snowflake: not the
+    /// last timestamp, which may be borrowed ahead of the clock). `waited` tells whether the
+    /// generator waited for it first (Leaf's code -1) or the gap was too large to wait (Leaf's
+    /// code -3).
     #[error("clock moved backwards by {behind_ms} ms")]
     ClockMovedBackwards {
-        /// How far behind the last issued timestamp the clock is.
+        /// How far behind that reading the clock is.
         behind_ms: u64,
         /// Whether the generator waited before giving up.
         waited: bool,

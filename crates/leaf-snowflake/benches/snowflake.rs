@@ -44,8 +44,9 @@ impl WorkerIdRegistry for InMemory {
 }
 
 /// Starts a generator whose renewer runs on `background` (every 1 s, keeping the mark 2-3 s
-/// ahead), so the measured thread never waits for a mark.
-fn leaf(background: &Runtime, random_start: u64) -> Snowflake {
+/// ahead), so the measured thread never waits for a mark; borrowing up to `max_borrow_ms`
+/// ahead of the clock (0: waiting for it, as Leaf).
+fn leaf(background: &Runtime, random_start: u64, max_borrow_ms: u64) -> Snowflake {
     background.block_on(async {
         let sf = Snowflake::start(
             Arc::new(InMemory),
@@ -53,6 +54,7 @@ fn leaf(background: &Runtime, random_start: u64) -> Snowflake {
             Arc::new(SystemClock::new()),
             SnowflakeConfig {
                 random_start,
+                max_borrow: Duration::from_millis(max_borrow_ms),
                 ..SnowflakeConfig::default()
             },
         )
@@ -79,8 +81,10 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("snowflake");
     group.throughput(Throughput::Elements(1));
 
+    // The layout's ceiling: a sustained single-ID loop, waiting for the clock at each spent
+    // millisecond (with borrowing it runs at the same ceiling once its lead is at the bound).
     for random_start in [100, 0] {
-        let sf = leaf(&background, random_start);
+        let sf = leaf(&background, random_start, 0);
         group.bench_function(format!("leaf_random_start_{random_start}"), |b| {
             b.to_async(&rt)
                 .iter(|| async { black_box(sf.next_id().await.unwrap()) })
@@ -100,7 +104,7 @@ fn bench(c: &mut Criterion) {
         })
     });
 
-    let sf = leaf(&background, 100);
+    let sf = leaf(&background, 100, 0);
     group.throughput(Throughput::Elements(2));
     group.bench_function("two_threads_shared", |b| {
         b.iter_custom(|iters| {
@@ -123,7 +127,34 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    // A burst: one batch of a million IDs (244 ms of the layout's sequence), after a pause that
+    // lets any lead of borrowed milliseconds drain (not timed), with and without borrowing.
+    let mut group = c.benchmark_group("snowflake_burst");
+    group.throughput(Throughput::Elements(BURST));
+    group.sample_size(10);
+    group.sampling_mode(criterion::SamplingMode::Flat);
+    for max_borrow_ms in [0, 300] {
+        let sf = leaf(&background, 0, max_borrow_ms);
+        group.bench_function(format!("next_ids_1m_max_borrow_{max_borrow_ms}"), |b| {
+            b.iter_custom(|iters| {
+                let mut timed = Duration::ZERO;
+                for _ in 0..iters {
+                    std::thread::sleep(Duration::from_millis(400));
+                    let start = Instant::now();
+                    let ids = rt.block_on(sf.next_ids(BURST as usize)).unwrap();
+                    timed += start.elapsed();
+                    black_box(ids);
+                }
+                timed
+            })
+        });
+    }
+    group.finish();
 }
+
+/// The IDs of one burst.
+const BURST: u64 = 1_000_000;
 
 criterion_group! {
     name = benches;

@@ -17,6 +17,16 @@ pub struct SnowflakeConfig {
     /// A clock step back of at most this much is waited out; a larger one fails at once with
     /// `ClockMovedBackwards`. Default: 5 ms.
     pub max_backwards: Duration,
+    /// When a millisecond's sequence is spent, the next one is taken ahead of the wall clock
+    /// instead of waiting for it, as long as the last issued timestamp stays at most this far
+    /// ahead of the clock and at or under the durable time mark (which a restart and any later
+    /// holder of the worker id start above, so this never repeats an ID); at the bound, the
+    /// clock catches up first. An ID's time is then up to this much later than when it was
+    /// issued. Only more than one millisecond's sequence of IDs in one millisecond borrows
+    /// (4,096 with the default layout, e.g. a large batch). `0` waits for the clock, as Leaf
+    /// does. Lowered to `mark_window - mark_renew` if above it (how far ahead of the clock the
+    /// durable mark stays between two renewals on time). Default: 300 ms.
+    pub max_borrow: Duration,
     /// How far ahead of the wall clock each renewal puts the durable time mark. Default: 3000 ms.
     pub mark_window: Duration,
     /// How often the renewer writes the mark (and extends the lease); must be below
@@ -43,6 +53,7 @@ impl Default for SnowflakeConfig {
             layout: SnowflakeLayout::default(),
             random_start: 100,
             max_backwards: Duration::from_millis(5),
+            max_borrow: Duration::from_millis(300),
             mark_window: Duration::from_millis(3000),
             mark_renew: Duration::from_millis(1000),
             max_startup_wait: Duration::from_millis(10_000),
@@ -74,12 +85,16 @@ impl SnowflakeConfig {
     }
 
     /// [`validate`](Self::validate)s and returns the config with `max_startup_wait` raised to
-    /// `mark_window` if it was below.
+    /// `mark_window` if it was below and `max_borrow` lowered to `mark_window - mark_renew` if
+    /// it was above.
     pub(crate) fn validated(mut self) -> Result<Self> {
         self.validate()?;
         // A restart after a crash may find the clock up to one window behind its own mark;
         // waiting less than that would make every crash restart unavailable.
         self.max_startup_wait = self.max_startup_wait.max(self.mark_window);
+        // Between two renewals on time the durable mark is at least this far ahead of the
+        // clock: a lead within it never waits for the mark.
+        self.max_borrow = self.max_borrow.min(self.mark_window - self.mark_renew);
         Ok(self)
     }
 }
@@ -112,6 +127,25 @@ mod tests {
                 assert!(!e.to_string().contains("snowflake."), "{e}");
             }
         }
+    }
+
+    #[test]
+    fn the_borrowing_lead_stays_within_the_marks_least_lead() {
+        let borrow = |window_ms: u64, renew_ms: u64, borrow_ms: u64| {
+            SnowflakeConfig {
+                mark_window: Duration::from_millis(window_ms),
+                mark_renew: Duration::from_millis(renew_ms),
+                max_borrow: Duration::from_millis(borrow_ms),
+                ..SnowflakeConfig::default()
+            }
+            .validated()
+            .unwrap()
+            .max_borrow
+        };
+        assert_eq!(borrow(3000, 1000, 300), Duration::from_millis(300));
+        assert_eq!(borrow(1001, 1000, 300), Duration::from_millis(1));
+        assert_eq!(borrow(3000, 1000, 60_000), Duration::from_millis(2000));
+        assert_eq!(borrow(3000, 1000, 0), Duration::ZERO);
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //!
 //! The hot path is one uncontended `std::sync::Mutex` around the generator state and one read
 //! of the wall clock (plus the monotonic clock when the lease has a TTL). Everything that waits
-//! (a sequence wrap, a small clock step back, the start-up gap, the next durable mark) leaves
-//! the lock and waits asynchronously in the [`Clock`]'s time (the next millisecond by yielding
-//! to the runtime), so no wait holds a runtime thread and tests drive it with a manual clock.
+//! (a sequence wrap, a lead of borrowed milliseconds at its bound, a small clock step back, the
+//! start-up gap, the next durable mark) leaves the lock and waits asynchronously in the
+//! [`Clock`]'s time (the next millisecond by yielding to the runtime), so no wait holds a
+//! runtime thread and tests drive it with a manual clock.
 
 mod lease;
 mod state;
@@ -69,14 +70,24 @@ impl Inner {
     }
 
     /// Fills `out` towards `n` IDs within one millisecond at most: at its end it returns
-    /// `NextMs`, so that a batch leaves the lock and yields before the next millisecond (and
-    /// re-checks fencing there).
+    /// `NextMs` (or `Yield` after the first ID of a millisecond borrowed ahead of the clock),
+    /// so that a batch leaves the lock and yields before the next millisecond (and re-checks
+    /// fencing there).
     fn fill(&self, out: &mut Vec<i64>, n: usize) -> Result<(), Stall> {
         let mut g = self.lock();
         g.admit(|| self.clock.monotonic())?;
         let now = self.clock.now_ms();
         while out.len() < n {
-            out.push(g.issue(now, &self.params)?);
+            match g.issue(now, &self.params) {
+                Ok(id) => out.push(id),
+                Err(Stall::Borrowed(id)) => {
+                    out.push(id);
+                    if out.len() < n {
+                        return Err(Stall::Yield);
+                    }
+                }
+                Err(stall) => return Err(stall),
+            }
         }
         Ok(())
     }
@@ -136,7 +147,8 @@ impl Snowflake {
         &self.inner.config.layout
     }
 
-    /// The configuration in use (`max_startup_wait` raised to `mark_window` if it was below).
+    /// The configuration in use (`max_startup_wait` raised to `mark_window` if it was below,
+    /// `max_borrow` lowered to `mark_window - mark_renew` if it was above).
     pub fn config(&self) -> &SnowflakeConfig {
         &self.inner.config
     }
@@ -193,6 +205,13 @@ impl Snowflake {
             state,
             durable_mark_ms: g.durable_mark,
             last_timestamp_ms: g.last_issued_ms,
+            lead_ms: g.last_ts.saturating_sub(now.max(g.wall_high)),
+            clock_behind_ms: if g.fresh {
+                0
+            } else {
+                g.wall_high.saturating_sub(now)
+            },
+            borrowed_ms_total: g.borrowed_total,
             lease_valid: g.held && matches!(g.run, Run::Running) && !fenced,
             mark_lag_ms: (i128::from(g.durable_mark) - i128::from(now))
                 .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,

@@ -21,12 +21,22 @@ pub struct SnowflakeStatus {
     pub durable_mark_ms: u64,
     /// The timestamp of the last ID issued, if any.
     pub last_timestamp_ms: Option<u64>,
+    /// How far the last issued timestamp is ahead of the wall clock on milliseconds borrowed
+    /// ahead of it (`max_borrow`; at most that), 0 when it is not.
+    pub lead_ms: u64,
+    /// How far the wall clock is behind the latest reading an ID was issued at (a clock step
+    /// back; a borrowed lead is not one), 0 when it is not.
+    pub clock_behind_ms: u64,
+    /// Milliseconds borrowed ahead of the wall clock since start-up: each one is a millisecond
+    /// whose sequence was spent and that did not wait for the clock.
+    pub borrowed_ms_total: u64,
     /// The lease is held and, in recycling modes, not past its fencing deadline.
     pub lease_valid: bool,
     /// `durable_mark_ms - now`: how far ahead of the wall clock the mark is (negative once the
     /// clock passed it, which stops issuing).
     pub mark_lag_ms: i64,
-    /// How often the clock was found behind the last issued timestamp since start-up.
+    /// How often the clock was found behind its reading when the last ID was issued (a clock
+    /// step back) since start-up.
     pub clock_backwards_total: u64,
     /// How often the wall clock was found to have jumped forward further than
     /// `max_forward_step` (each jump counted once, however long it lasts).

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{MemRegistry, T0, start, start_on, try_start, within};
 use leaf_core::{BoxFuture, Clock, Error, ManualClock, SnowflakeLayout, TWITTER_EPOCH_MS};
-use leaf_snowflake::{SnowflakeConfig, SnowflakeState};
+use leaf_snowflake::{Snowflake, SnowflakeConfig, SnowflakeState};
 
 fn config(layout: SnowflakeLayout, random_start: u64) -> SnowflakeConfig {
     SnowflakeConfig {
@@ -178,37 +178,78 @@ impl Clock for StepsBackWhileWaiting {
     }
 }
 
+/// (step back per sleep, expected error): a big jump fails without a clock wait, a small one
+/// is waited out once and then, still behind, fails as waited.
+const STEP_BACK_CASES: [(u64, u64, bool); 2] = [(50, 50, false), (3, 6, true)];
+
+/// A generator of 4 IDs a millisecond (2 sequence bits) borrowing up to `max_borrow_ms`, on a
+/// clock standing at `T0` that steps back `back_ms` at every sleep.
+async fn stepping_back(
+    back_ms: u64,
+    max_borrow_ms: u64,
+) -> (Arc<StepsBackWhileWaiting>, Snowflake) {
+    let clock = Arc::new(StepsBackWhileWaiting {
+        wall: AtomicU64::new(T0),
+        mono_ns: AtomicU64::new(0),
+        back_ms,
+    });
+    let layout = SnowflakeLayout::new(41, 10, 2, TWITTER_EPOCH_MS).unwrap();
+    let config = SnowflakeConfig {
+        max_borrow: Duration::from_millis(max_borrow_ms),
+        ..config(layout, 0)
+    };
+    let sf = start_on(&MemRegistry::new(1), clock.clone(), config)
+        .await
+        .unwrap();
+    (clock, sf)
+}
+
+/// The next ID, which has to wait for the clock, must fail with `(behind_ms, waited)`.
+async fn expect_clock_error(sf: &Snowflake, (back_ms, behind_ms, waited): (u64, u64, bool)) {
+    match within(sf.next_id()).await {
+        Err(Error::ClockMovedBackwards {
+            behind_ms: b,
+            waited: w,
+        }) => assert_eq!((b, w), (behind_ms, waited), "step back {back_ms}"),
+        other => panic!("step back {back_ms}: expected a clock error, got {other:?}"),
+    }
+    assert_eq!(sf.status().clock_backwards_total, 1);
+}
+
 #[tokio::test]
 async fn jump_back_during_a_sequence_wrap_wait_does_not_hang() {
-    // (step back per sleep, expected error): a big jump fails without a clock wait, a small
-    // one is waited out once and then, still behind, fails as waited.
-    let cases = [(50, 50, false), (3, 6, true)];
-    for (back_ms, behind_ms, waited) in cases {
-        let clock = Arc::new(StepsBackWhileWaiting {
-            wall: AtomicU64::new(T0),
-            mono_ns: AtomicU64::new(0),
-            back_ms,
-        });
-        let reg = MemRegistry::new(1);
-        // 2 sequence bits: 4 IDs per millisecond, so the fifth has to wait for the next one.
-        let layout = SnowflakeLayout::new(41, 10, 2, TWITTER_EPOCH_MS).unwrap();
-        let sf = start_on(&reg, clock.clone(), config(layout, 0))
-            .await
-            .unwrap();
-        let ids = sf.next_ids(4).await.unwrap();
-        assert_eq!(ids.len(), 4);
-        let r = within(sf.next_id()).await;
-        match r {
-            Err(Error::ClockMovedBackwards {
-                behind_ms: b,
-                waited: w,
-            }) => assert_eq!((b, w), (behind_ms, waited), "step back {back_ms}"),
-            other => panic!("step back {back_ms}: expected a clock error, got {other:?}"),
-        }
-        assert_eq!(sf.status().clock_backwards_total, 1);
+    for case in STEP_BACK_CASES {
+        // No borrowing: the fifth ID waits for the clock, which steps back meanwhile.
+        let (_, sf) = stepping_back(case.0, 0).await;
+        assert_eq!(sf.next_ids(4).await.unwrap().len(), 4);
+        expect_clock_error(&sf, case).await;
         // The batch form does not hang either.
         let r = within(sf.next_ids(10)).await;
         assert!(matches!(r, Err(Error::ClockMovedBackwards { .. })), "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn jump_back_during_a_borrowed_leads_catch_up_is_reported_not_slept_through() {
+    for case in STEP_BACK_CASES {
+        let (clock, sf) = stepping_back(case.0, 2).await;
+        // T0, then T0 + 1 and T0 + 2 borrowed with the clock standing at T0: the bound.
+        let ids = within(sf.next_ids(12)).await.unwrap();
+        let last = sf.decode(*ids.last().unwrap()).unwrap();
+        assert_eq!(last.timestamp_ms, T0 + 2);
+        let st = sf.status();
+        assert_eq!(
+            (st.lead_ms, st.borrowed_ms_total, st.clock_behind_ms),
+            (2, 2, 0)
+        );
+        assert_eq!(clock.now_ms(), T0, "nothing slept");
+        // The 13th waits for the clock to reach T0 + 1, which steps back instead.
+        expect_clock_error(&sf, case).await;
+        assert_eq!(
+            sf.status().clock_behind_ms,
+            case.1,
+            "measured from the clock's last reading"
+        );
     }
 }
 
@@ -261,7 +302,8 @@ async fn decode_inverts_encode() {
         let n = (2 * layout.ids_per_ms() as usize).min(10_000);
         let ids = sf.next_ids(n).await.unwrap();
         let before = T0;
-        let after = clock.now_ms();
+        // Milliseconds borrowed ahead of the clock are at most `max_borrow` ahead of it.
+        let after = clock.now_ms() + sf.config().max_borrow.as_millis() as u64;
         for id in ids {
             let d = sf.decode(id).unwrap();
             assert_eq!(d.worker_id, worker_id);

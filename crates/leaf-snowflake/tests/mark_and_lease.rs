@@ -293,3 +293,38 @@ async fn renewer_writes_the_mark_every_period_and_ends_at_shutdown() {
     sf.shutdown().await.unwrap();
     within(renewer).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_lead_stopped_at_the_durable_mark_goes_on_when_a_renewal_raises_it() {
+    let reg = MemRegistry::new(4);
+    let clock = ManualClock::new(T0);
+    // 4 IDs a millisecond; the lead may reach the mark's least lead (3000 - 1000 ms).
+    let config = SnowflakeConfig {
+        layout: leaf_core::SnowflakeLayout::new(41, 10, 2, leaf_core::TWITTER_EPOCH_MS).unwrap(),
+        random_start: 0,
+        max_borrow: ms(60_000),
+        ..SnowflakeConfig::default()
+    };
+    let sf = start(&reg, &clock, config).await;
+    assert_eq!(
+        sf.config().max_borrow,
+        ms(2000),
+        "lowered to the mark's least lead"
+    );
+    let mark = sf.status().durable_mark_ms;
+    // A renewal is late: the clock is 1 s from the mark, and a batch borrows up to it.
+    clock.set_ms(mark - 1000);
+    let ids = within(sf.next_ids(4 * 1001)).await.unwrap();
+    assert_eq!(sf.decode(*ids.last().unwrap()).unwrap().timestamp_ms, mark);
+    // The next ID would pass the mark: it waits, for the renewal, not for the clock.
+    let waiting = tokio::spawn({
+        let sf = sf.clone();
+        async move { sf.next_id().await }
+    });
+    tokio::time::sleep(ms(50)).await;
+    assert!(!waiting.is_finished(), "nothing above the durable mark");
+    assert_eq!(sf.renew_once().await.unwrap(), Renewal::OK);
+    let id = within(waiting).await.unwrap().unwrap();
+    assert_eq!(sf.decode(id).unwrap().timestamp_ms, mark + 1);
+    assert_eq!(clock.now_ms(), mark - 1000, "the clock never moved");
+}

@@ -29,10 +29,15 @@
 //! (with and without coalescing) beside snowflake IDs, three servers on one Redis, by
 //! `leaf-loadgen` (`monotonic.rs`).
 //!
+//! `cargo xtask bench-http --borrow`: snowflake with milliseconds borrowed ahead of the clock
+//! beside the same binary with it off: single IDs, sustained batches and bursts, by
+//! `leaf-loadgen` and plain HTTP clients (`borrow.rs`; `oha` is not needed for it).
+//!
 //! `cargo xtask bench-http --tls`: TLS on the port beside plaintext in one session, two
 //! servers of one binary, HTTP/1.1 and gRPC, steady state and new connections, by
 //! `leaf-loadgen` (`tls.rs`; `oha` is not needed for it).
 
+mod borrow;
 mod compare;
 mod default_run;
 mod formatted;
@@ -61,7 +66,7 @@ const BATCH: &str = "/v1/segment/leaf-segment-test?count=1000";
 const SNOWFLAKE_BATCH: &str = "/v1/snowflake?count=10000";
 
 /// `bench-http [SECONDS] [--store NAME]... [--snowflake-load [--server PATH]] [--grpc]
-/// [--formatted] [--tls] [--monotonic]`, NAME being `sqlite` or a backend row's store that the benchmark takes.
+/// [--formatted] [--tls] [--monotonic] [--borrow]`, NAME being `sqlite` or a backend row's store that the benchmark takes.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 10;
     let mut stores: Vec<String> = Vec::new();
@@ -71,6 +76,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut formatted = false;
     let mut tls = false;
     let mut monotonic = false;
+    let mut borrow = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -87,6 +93,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             "--formatted" => formatted = true,
             "--tls" => tls = true,
             "--monotonic" => monotonic = true,
+            "--borrow" => borrow = true,
             "--server" => {
                 server = Some(
                     it.next()
@@ -115,6 +122,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     }
     if monotonic {
         return monotonic::compare_monotonic(root, seconds);
+    }
+    if borrow {
+        return borrow::compare_borrow(root, seconds);
     }
     if Command::new("oha").arg("--version").output().is_err() {
         bail!("oha is not installed: cargo install oha --locked");

@@ -200,7 +200,7 @@ pub(super) async fn metrics(_: MetricsAccess, State(state): State<AppState>) -> 
             let st = g.status();
             out.family(
                 "leaf_snowflake_clock_backwards_total",
-                "Times the clock was found behind the last issued timestamp",
+                "Times the clock was found behind its reading at the last issued ID (a step back)",
                 "counter",
             );
             out.sample(
@@ -217,6 +217,28 @@ pub(super) async fn metrics(_: MetricsAccess, State(state): State<AppState>) -> 
                 "leaf_snowflake_clock_jumps_total",
                 &[],
                 st.clock_jumps_total as f64,
+            );
+            out.family(
+                "leaf_snowflake_borrowed_ms_total",
+                "Milliseconds whose sequence was spent and that were taken ahead of the wall clock \
+                 (snowflake.max_borrow_ms) instead of waiting for it",
+                "counter",
+            );
+            out.sample(
+                "leaf_snowflake_borrowed_ms_total",
+                &[],
+                st.borrowed_ms_total as f64,
+            );
+            out.family(
+                "leaf_snowflake_lead_seconds",
+                "How far the last issued timestamp is ahead of the wall clock on borrowed \
+                 milliseconds (at most snowflake.max_borrow_ms)",
+                "gauge",
+            );
+            out.sample(
+                "leaf_snowflake_lead_seconds",
+                &[],
+                st.lead_ms as f64 / 1000.0,
             );
             out.family(
                 "leaf_snowflake_mark_lag_seconds",

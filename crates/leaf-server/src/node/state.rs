@@ -455,19 +455,18 @@ impl SnowflakeService {
             return Err((format!("not started: {}", self.pending_reason()), 1));
         };
         let status = g.status();
-        // The generator's own "now", recovered from one consistent snapshot: after a
-        // clock-backwards error the node stays out of rotation until the clock catches up.
-        let now_ms = i128::from(status.durable_mark_ms) - i128::from(status.mark_lag_ms);
-        let behind_ms = status
-            .last_timestamp_ms
-            .map_or(0, |last| (i128::from(last) - now_ms).max(0) as u64);
+        // After a clock-backwards error the node stays out of rotation until the clock
+        // catches up (a lead of milliseconds borrowed ahead of the clock is not a step back).
+        let behind_ms = status.clock_behind_ms;
         match status.state {
             SnowflakeState::Ready
                 if status.lease_valid
                     && u128::from(behind_ms) > g.config().max_backwards.as_millis() =>
             {
                 Err((
-                    format!("the clock is {behind_ms} ms behind the last issued timestamp"),
+                    format!(
+                        "the clock is {behind_ms} ms behind where it read at the last issued ID"
+                    ),
                     behind_ms.div_ceil(1000),
                 ))
             }

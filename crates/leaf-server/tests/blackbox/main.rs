@@ -527,7 +527,7 @@ fn snowflake_ids_in_a_format_round_trip_through_the_decode_route() {
     assert_eq!(r.status, 400, "{}", r.body);
 }
 
-/// How long the clock check waits for a peer's answer.
+mod borrow;
 mod monitoring;
 mod monotonic;
 mod operations;

@@ -261,3 +261,23 @@ pub(crate) fn parse_reply(raw: &[u8]) -> std::io::Result<Reply> {
         body: body.to_string(),
     })
 }
+
+/// The environment that sets a process's wall clock `by` behind the machine's: Debian's
+/// libfaketime (package `faketime`), preloaded. Fails loudly where it is missing.
+#[allow(dead_code, reason = "each test binary uses a part")]
+pub(crate) fn clock_set_back(by: Duration) -> Vec<(&'static str, String)> {
+    let dirs = ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime"];
+    let lib = dirs
+        .iter()
+        .flat_map(|d| ["libfaketimeMT.so.1", "libfaketime.so.1"].map(|l| Path::new(d).join(l)))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!("no libfaketime: install Debian's faketime package (.ci/run does)")
+        });
+    vec![
+        ("LD_PRELOAD", lib.display().to_string()),
+        ("FAKETIME", format!("-{}s", by.as_secs())),
+        // Counted from the process's start, not frozen there.
+        ("FAKETIME_NO_CACHE", "1".into()),
+    ]
+}

@@ -435,23 +435,9 @@ fn stop_and_check(
 /// still below the old leader's last IDs and only the confirmed window keeps the order.
 pub(crate) const BEHIND: Duration = Duration::from_secs(8);
 
-/// The environment that sets a process's clock `BEHIND` the machine's: Debian's libfaketime
-/// (package `faketime`), preloaded. Fails loudly where it is missing.
+/// The environment that sets a process's clock `BEHIND` the machine's.
 pub(crate) fn clock_behind() -> Vec<(&'static str, String)> {
-    let dirs = ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/faketime"];
-    let lib = dirs
-        .iter()
-        .flat_map(|d| ["libfaketimeMT.so.1", "libfaketime.so.1"].map(|l| Path::new(d).join(l)))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| {
-            panic!("no libfaketime: install Debian's faketime package (.ci/run does)")
-        });
-    vec![
-        ("LD_PRELOAD", lib.display().to_string()),
-        ("FAKETIME", format!("-{}s", BEHIND.as_secs())),
-        // Counted from the process's start, not frozen there.
-        ("FAKETIME_NO_CACHE", "1".into()),
-    ]
+    super::clock_set_back(BEHIND)
 }
 
 /// A new leader whose wall clock is [`BEHIND`] the old one's, across processes: node 0 leads

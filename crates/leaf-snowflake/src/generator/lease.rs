@@ -162,7 +162,7 @@ impl Snowflake {
         let layout = config.layout;
         let now = clock.now_ms();
         layout.check_now(now)?;
-        let params = Params::new(&layout, config.random_start);
+        let params = Params::new(&layout, config.random_start, millis(config.max_borrow));
         let mode = registry.mode();
         let req = acquire_request(&config, identity.clone(), now);
         let lease = registry.acquire(&req).await?;
@@ -329,7 +329,7 @@ impl Snowflake {
 
     /// Stops issuing, stops the renewer, and releases the worker id with the last timestamp
     /// actually issued (or the previous mark if none) as its final mark, so that a clean
-    /// restart does not wait. When the release fails its error is returned and the next call
+    /// restart does not wait (but for a lead of borrowed milliseconds, at most `max_borrow`). When the release fails its error is returned and the next call
     /// tries it again; once released (or lost), later calls do nothing.
     pub async fn shutdown(&self) -> Result<()> {
         let inner = &*self.inner;

@@ -15,10 +15,12 @@ pub(super) struct Params {
     pub(super) sequence_bits: u32,
     pub(super) max_sequence: u64,
     pub(super) random_start: u64,
+    /// How far ahead of the wall clock a spent millisecond may move on (0: never).
+    pub(super) max_borrow_ms: u64,
 }
 
 impl Params {
-    pub(super) fn new(layout: &SnowflakeLayout, random_start: u64) -> Self {
+    pub(super) fn new(layout: &SnowflakeLayout, random_start: u64, max_borrow_ms: u64) -> Self {
         Params {
             epoch_ms: layout.epoch_ms(),
             max_t: layout.max_timestamp_ms() - layout.epoch_ms(),
@@ -26,6 +28,7 @@ impl Params {
             sequence_bits: layout.sequence_bits(),
             max_sequence: layout.max_sequence(),
             random_start: random_start.min(layout.ids_per_ms()),
+            max_borrow_ms,
         }
     }
 
@@ -79,6 +82,12 @@ pub(super) struct GenState {
     /// The last timestamp issued, or the floor (the lease's previous mark) before the first.
     pub(super) last_ts: u64,
     pub(super) sequence: u64,
+    /// The latest wall-clock reading an ID was issued at. It is `last_ts` unless spent
+    /// milliseconds were borrowed ahead of the clock (`last_ts` is then up to `max_borrow_ms`
+    /// ahead of it); a clock step back is measured from it, never from a borrowed timestamp.
+    pub(super) wall_high: u64,
+    /// Milliseconds borrowed ahead of the wall clock since start-up.
+    pub(super) borrowed_total: u64,
     /// Nothing issued under this lease yet: `last_ts` is the floor and a clock behind it is the
     /// start-up wait, not a clock step back.
     pub(super) fresh: bool,
@@ -134,7 +143,22 @@ pub(super) enum Stall {
     NextMs {
         last_ts: u64,
     },
-    /// The clock is behind the last issued timestamp.
+    /// Spent milliseconds were borrowed as far ahead of the wall clock as allowed (or up to the
+    /// durable mark): wait until the clock reaches `until_ms`, or a renewal raises the mark;
+    /// a clock found below `at_ms` (the reading this was found at) stepped back, which the next
+    /// attempt reports. `mark_ms`: the durable mark, when it is what stopped the borrowing.
+    CatchUp {
+        until_ms: u64,
+        at_ms: u64,
+        mark_ms: Option<u64>,
+    },
+    /// This ID opened a millisecond borrowed ahead of the clock: it is handed out after a yield
+    /// to the runtime, as the first ID of a millisecond that was waited for is, so that a
+    /// caller that loops never holds a runtime thread across milliseconds.
+    Borrowed(i64),
+    /// Leave the lock and yield, then come back (a batch after a borrowed millisecond).
+    Yield,
+    /// The clock is behind the latest reading an ID was issued at (`wall_high`).
     Behind {
         behind_ms: u64,
     },
@@ -155,6 +179,8 @@ impl GenState {
             worker_part: 0,
             last_ts: 0,
             sequence: 0,
+            wall_high: 0,
+            borrowed_total: 0,
             fresh: true,
             last_issued_ms: None,
             durable_mark: 0,
@@ -174,7 +200,9 @@ impl GenState {
         let floor = lease.prev_mark_ms.unwrap_or(0).max(self.last_ts);
         self.worker_part = lease.worker_id << params.sequence_bits;
         self.last_ts = floor;
-        // A spent sequence at the floor makes the first ID wait for a later millisecond.
+        self.wall_high = floor;
+        // A spent sequence at the floor makes the first ID go to a later millisecond: waited
+        // for, or borrowed once the clock reads the floor.
         self.sequence = params.max_sequence;
         self.fresh = true;
         self.durable_mark = floor;
@@ -217,8 +245,11 @@ impl GenState {
     #[inline]
     pub(super) fn issue(&mut self, now: u64, p: &Params) -> Result<i64, Stall> {
         if now == self.last_ts {
+            // At the end of a borrowed lead the clock reads the last timestamp: from here a
+            // step back is measured from it.
+            self.wall_high = now;
             if self.sequence >= p.max_sequence {
-                return Err(Stall::NextMs { last_ts: now });
+                return Err(self.borrow(now, p));
             }
             self.sequence += 1;
         } else if now > self.last_ts {
@@ -229,6 +260,7 @@ impl GenState {
                 return Err(Stall::Mark);
             }
             self.last_ts = now;
+            self.wall_high = now;
             self.sequence = p.first_sequence();
             self.fresh = false;
             self.last_issued_ms = Some(now);
@@ -236,15 +268,61 @@ impl GenState {
             return Err(Stall::Startup {
                 gap_ms: self.last_ts - now,
             });
+        } else if now >= self.wall_high {
+            // Ahead of the clock on borrowed milliseconds, and the clock did not go back.
+            self.wall_high = now;
+            if self.sequence >= p.max_sequence {
+                return Err(self.borrow(now, p));
+            }
+            self.sequence += 1;
         } else {
             return Err(Stall::Behind {
-                behind_ms: self.last_ts - now,
+                behind_ms: self.wall_high - now,
             });
         }
-        Ok(
-            (((self.last_ts - p.epoch_ms) << p.timestamp_shift) | self.worker_part | self.sequence)
-                as i64,
-        )
+        Ok(self.id(p))
+    }
+
+    #[inline]
+    fn id(&self, p: &Params) -> i64 {
+        (((self.last_ts - p.epoch_ms) << p.timestamp_shift) | self.worker_part | self.sequence)
+            as i64
+    }
+
+    /// The sequence of `last_ts` is spent and the wall clock reads `now` (not past it): moves
+    /// on to the next millisecond ahead of the clock if that stays within `max_borrow_ms` of
+    /// it, under the durable mark and inside the timestamp field; otherwise the wait that lets
+    /// the clock catch up. Safe whatever the clock does next: every timestamp issued is at or
+    /// under the durable mark, which a restart and any later holder of the worker id start
+    /// above, and a clock step back is measured from `wall_high`.
+    #[cold]
+    fn borrow(&mut self, now: u64, p: &Params) -> Stall {
+        let next = self.last_ts + 1;
+        if next - now > p.max_borrow_ms || next > self.durable_mark || p.outside_field(next) {
+            // Within the lead's bound again once the clock reaches `next - max_borrow_ms`; at
+            // the mark or the field's end, once it passes `last_ts` (and the rules of a new
+            // millisecond apply).
+            let (until_ms, mark_ms) = if next - now > p.max_borrow_ms {
+                (next - p.max_borrow_ms, None)
+            } else {
+                (next, Some(self.durable_mark))
+            };
+            return if now == self.last_ts {
+                Stall::NextMs { last_ts: now }
+            } else {
+                Stall::CatchUp {
+                    until_ms,
+                    at_ms: now,
+                    mark_ms,
+                }
+            };
+        }
+        self.last_ts = next;
+        self.sequence = p.first_sequence();
+        self.fresh = false;
+        self.last_issued_ms = Some(next);
+        self.borrowed_total += 1;
+        Stall::Borrowed(self.id(p))
     }
 
     /// Checks the wall clock `now` against the reckoning at `mono` before a mark is written
@@ -309,9 +387,18 @@ mod tests {
     const EPOCH: u64 = 1000;
 
     /// 8 timestamp bits (the field ends at 1255), 2 worker bits, 2 sequence bits (4 IDs per
-    /// millisecond), random start off.
+    /// millisecond), random start off, no borrowing.
     fn params() -> Params {
-        Params::new(&SnowflakeLayout::new(8, 2, 2, EPOCH).unwrap(), 0)
+        borrowing(0)
+    }
+
+    /// As [`params`], borrowing up to `max_borrow_ms` ahead of the clock.
+    fn borrowing(max_borrow_ms: u64) -> Params {
+        Params::new(
+            &SnowflakeLayout::new(8, 2, 2, EPOCH).unwrap(),
+            0,
+            max_borrow_ms,
+        )
     }
 
     fn lease(worker_id: u64, prev_mark_ms: Option<u64>, ttl_ms: Option<u64>) -> Lease {
@@ -351,6 +438,9 @@ mod tests {
         Admitted,
         Done,
         NextMs(u64),
+        CatchUp(u64),
+        /// The first ID of a borrowed millisecond, taken apart as `Id`.
+        Ahead(u64, u64, u64),
         Behind(u64),
         Startup(u64),
         Mark,
@@ -362,18 +452,30 @@ mod tests {
         MarkAt(u64),
     }
 
+    /// `id` taken apart: (timestamp, worker id, sequence).
+    fn parts(id: i64, p: &Params) -> (u64, u64, u64) {
+        let id = id as u64;
+        (
+            (id >> p.timestamp_shift) + p.epoch_ms,
+            (id >> p.sequence_bits) & ((1 << (p.timestamp_shift - p.sequence_bits)) - 1),
+            id & p.max_sequence,
+        )
+    }
+
     fn got(r: Result<Option<i64>, Stall>, p: &Params) -> Got {
         match r {
             Ok(Some(id)) => {
-                let id = id as u64;
-                Got::Id(
-                    (id >> p.timestamp_shift) + p.epoch_ms,
-                    (id >> p.sequence_bits) & ((1 << (p.timestamp_shift - p.sequence_bits)) - 1),
-                    id & p.max_sequence,
-                )
+                let (t, w, s) = parts(id, p);
+                Got::Id(t, w, s)
+            }
+            Err(Stall::Borrowed(id)) => {
+                let (t, w, s) = parts(id, p);
+                Got::Ahead(t, w, s)
             }
             Ok(None) => Got::Admitted,
             Err(Stall::NextMs { last_ts }) => Got::NextMs(last_ts),
+            Err(Stall::CatchUp { until_ms, .. }) => Got::CatchUp(until_ms),
+            Err(Stall::Yield) => panic!("issue never asks for a yield alone"),
             Err(Stall::Behind { behind_ms }) => Got::Behind(behind_ms),
             Err(Stall::Startup { gap_ms }) => Got::Startup(gap_ms),
             Err(Stall::Mark) => Got::Mark,
@@ -387,7 +489,11 @@ mod tests {
 
     /// Starts with `first` and runs `steps`, each with the outcome it must give.
     fn check(first: Lease, steps: &[(Step, Got)]) {
-        let p = params();
+        check_with(params(), first, steps)
+    }
+
+    /// [`check`] with `p`.
+    fn check_with(p: Params, first: Lease, steps: &[(Step, Got)]) {
         let mut g = GenState::new(first, &p, Reckoning::new(1000, Duration::ZERO));
         for (i, (step, expect)) in steps.iter().enumerate() {
             let outcome = match step {
@@ -569,6 +675,137 @@ mod tests {
                 (CheckClock(2000, 80), Clock(Jumped { ahead_ms: 1100 })),
                 (Close, Done),
                 (Admit(80), Unavailable),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_spent_millisecond_borrows_the_next_within_the_bound_and_the_mark() {
+        check_with(
+            borrowing(3),
+            lease(1, None, None),
+            &[
+                (renewed(1012), Done),
+                (Issue(1008), Id(1008, 1, 0)),
+                (Issue(1008), Id(1008, 1, 1)),
+                (Issue(1008), Id(1008, 1, 2)),
+                (Issue(1008), Id(1008, 1, 3)),
+                // Spent: the next milliseconds ahead of the clock, up to 3 ahead of it.
+                (Issue(1008), Ahead(1009, 1, 0)),
+                (Issue(1008), Id(1009, 1, 1)),
+                (Issue(1008), Id(1009, 1, 2)),
+                (Issue(1008), Id(1009, 1, 3)),
+                (Issue(1008), Ahead(1010, 1, 0)),
+                (Issue(1008), Id(1010, 1, 1)),
+                (Issue(1008), Id(1010, 1, 2)),
+                (Issue(1008), Id(1010, 1, 3)),
+                (Issue(1008), Ahead(1011, 1, 0)),
+                (Issue(1008), Id(1011, 1, 1)),
+                (Issue(1008), Id(1011, 1, 2)),
+                (Issue(1008), Id(1011, 1, 3)),
+                // 1012 would be 4 ahead: the clock catches up to 1009 first.
+                (Issue(1008), CatchUp(1009)),
+                // The clock moving on inside the lead is no step back, and borrows again.
+                (Issue(1009), Ahead(1012, 1, 0)),
+                (Issue(1009), Id(1012, 1, 1)),
+                (Issue(1009), Id(1012, 1, 2)),
+                (Issue(1009), Id(1012, 1, 3)),
+                // 1013 is within the bound of 1010 but past the durable mark: wait until the
+                // clock passes the lead, where a new millisecond's rules apply.
+                (Issue(1010), CatchUp(1013)),
+                (renewed(1100), Done),
+                (Issue(1010), Ahead(1013, 1, 0)),
+                // A clock that reaches the lead issues from the clock again.
+                (Issue(1013), Id(1013, 1, 1)),
+                (Issue(1014), Id(1014, 1, 0)),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_step_back_inside_a_borrowed_lead_is_measured_from_the_clock_not_the_lead() {
+        check_with(
+            borrowing(3),
+            lease(1, None, None),
+            &[
+                (renewed(1100), Done),
+                (Issue(1010), Id(1010, 1, 0)),
+                (Issue(1010), Id(1010, 1, 1)),
+                (Issue(1010), Id(1010, 1, 2)),
+                (Issue(1010), Id(1010, 1, 3)),
+                (Issue(1010), Ahead(1011, 1, 0)),
+                (Issue(1011), Id(1011, 1, 1)),
+                // The clock read 1011, then 1009: 2 ms back, however far ahead the lead is.
+                (Issue(1009), Behind(2)),
+                (Issue(1011), Id(1011, 1, 2)),
+            ],
+        );
+    }
+
+    #[test]
+    fn nothing_is_borrowed_without_a_bound_below_the_floor_or_past_the_field() {
+        check(
+            lease(1, None, None),
+            &[
+                (renewed(1100), Done),
+                (Issue(1010), Id(1010, 1, 0)),
+                (Issue(1010), Id(1010, 1, 1)),
+                (Issue(1010), Id(1010, 1, 2)),
+                (Issue(1010), Id(1010, 1, 3)),
+                (Issue(1010), NextMs(1010)),
+            ],
+        );
+        check_with(
+            borrowing(100),
+            lease(2, Some(1050), None),
+            &[
+                (renewed(1100), Done),
+                // A restart's floor is waited for, never borrowed ahead of...
+                (Issue(1040), Startup(10)),
+                // ...but the millisecond after it may be, once the clock is there.
+                (Issue(1050), Ahead(1051, 2, 0)),
+                (Issue(1050), Id(1051, 2, 1)),
+            ],
+        );
+        check_with(
+            borrowing(100),
+            lease(0, None, None),
+            &[
+                (renewed(5000), Done),
+                (Issue(1255), Id(1255, 0, 0)),
+                (Issue(1255), Id(1255, 0, 1)),
+                (Issue(1255), Id(1255, 0, 2)),
+                (Issue(1255), Id(1255, 0, 3)),
+                // The field ends at 1255: nothing is borrowed past it.
+                (Issue(1255), NextMs(1255)),
+                (Issue(1256), Exhausted),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_new_lease_starts_above_a_borrowed_lead() {
+        check_with(
+            borrowing(5),
+            lease(1, None, None),
+            &[
+                (renewed(1100), Done),
+                (Issue(1010), Id(1010, 1, 0)),
+                (Issue(1010), Id(1010, 1, 1)),
+                (Issue(1010), Id(1010, 1, 2)),
+                (Issue(1010), Id(1010, 1, 3)),
+                (Issue(1010), Ahead(1011, 1, 0)),
+                (Issue(1010), Id(1011, 1, 1)),
+                (Issue(1010), Id(1011, 1, 2)),
+                (Issue(1010), Id(1011, 1, 3)),
+                (Issue(1010), Ahead(1012, 1, 0)),
+                (Lose, Done),
+                (Install(lease(2, Some(1005), None)), Done),
+                (renewed(1100), Done),
+                // The floor is the borrowed 1012, not the clock: the start-up wait.
+                (Issue(1010), Startup(2)),
+                (Issue(1012), Ahead(1013, 2, 0)),
+                (Issue(1013), Id(1013, 2, 1)),
             ],
         );
     }

@@ -1,5 +1,5 @@
-//! Every wait of the generator: a sequence wrap, a small clock step back, the start-up gap,
-//! the next durable mark. Each leaves the lock and waits in the [`Clock`](leaf_core::Clock)'s time.
+//! Every wait of the generator: a sequence wrap, a lead of borrowed milliseconds at its bound,
+//! a small clock step back, the start-up gap, the next durable mark. Each leaves the lock and waits in the [`Clock`](leaf_core::Clock)'s time.
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
@@ -17,6 +17,10 @@ use super::{Inner, millis};
 /// next millisecond well before this many; a clock that does not move (a manual clock) falls
 /// through to the sleep instead of yielding forever.
 pub(super) const YIELD_LIMIT: u32 = 10_000;
+
+/// The longest sleep of a lead's catch-up before the clock is read again (a step back is found
+/// this soon).
+const CATCH_UP_STEP: Duration = Duration::from_millis(10);
 
 /// How long a sequence wrap waits for a wall clock that does not advance before giving up.
 pub(super) const STALL_LIMIT: Duration = Duration::from_secs(1);
@@ -42,6 +46,10 @@ impl Inner {
     pub(super) async fn next_id_slow(&self, mut stall: Stall) -> Result<i64> {
         let mut waits = self.waits();
         loop {
+            if let Stall::Borrowed(id) = stall {
+                tokio::task::yield_now().await;
+                return Ok(id);
+            }
             self.wait_out(stall, &mut waits).await?;
             match self.try_one() {
                 Ok(id) => return Ok(id),
@@ -74,6 +82,51 @@ impl Inner {
                 }
                 self.clock.sleep(Duration::from_millis(1)).await;
                 Ok(())
+            }
+            // `next_id_slow` hands a borrowed ID out itself; here it is only the yield.
+            Stall::Yield | Stall::Borrowed(_) => {
+                tokio::task::yield_now().await;
+                Ok(())
+            }
+            Stall::CatchUp {
+                until_ms,
+                at_ms,
+                mark_ms,
+            } => {
+                // The lead is at its bound (or at the durable mark): the clock catches up by
+                // as much as one more millisecond needs, slept through in steps of at most
+                // `CATCH_UP_STEP` but for the last millisecond, which is yielded through as
+                // `NextMs` is. A renewal (the mark raised) or a clock that stepped back ends
+                // the wait at once: the next attempt borrows again or reports the step back.
+                let started = self.clock.monotonic();
+                let limit = STALL_LIMIT.saturating_add(cfg.max_borrow);
+                let mut yields = 0;
+                loop {
+                    let now = self.clock.now_ms();
+                    if now >= until_ms || now < at_ms {
+                        return Ok(());
+                    }
+                    if self.clock.monotonic().saturating_sub(started) > limit {
+                        return Err(Error::Unavailable(format!(
+                            "the wall clock did not reach {until_ms} ms (at {now} ms) within {} ms",
+                            limit.as_millis()
+                        )));
+                    }
+                    if until_ms - now > 1 || yields >= YIELD_LIMIT {
+                        let step =
+                            Duration::from_millis((until_ms - now - 1).max(1)).min(CATCH_UP_STEP);
+                        let mut renewed = pin!(self.renewed.notified());
+                        renewed.as_mut().enable();
+                        if mark_ms.is_some_and(|m| self.lock().durable_mark > m) {
+                            // The mark that stopped the borrowing was raised since.
+                            return Ok(());
+                        }
+                        race(renewed, self.clock.sleep(step)).await;
+                    } else {
+                        yields += 1;
+                        tokio::task::yield_now().await;
+                    }
+                }
             }
             Stall::Behind { behind_ms } => {
                 if !w.counted_back {

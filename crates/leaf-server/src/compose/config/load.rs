@@ -371,6 +371,7 @@ pub(super) mod tests {
             "snowflake.sequence_bits",
             "snowflake.random_start",
             "snowflake.max_backwards_ms",
+            "snowflake.max_borrow_ms",
             "snowflake.mark_window_ms",
             "snowflake.mark_renew_ms",
             "snowflake.max_startup_wait_ms",

@@ -230,6 +230,7 @@ mod tests {
         ("segment.lock_wait_timeout_s", Some((0, 3_600))),
         ("snowflake.random_start", Some((0, 1 << 62))),
         ("snowflake.max_backwards_ms", Some((0, 60_000))),
+        ("snowflake.max_borrow_ms", Some((0, 60_000))),
         ("snowflake.mark_window_ms", Some((1_001, 3_600_000))),
         ("snowflake.mark_renew_ms", Some((1, 2_999))),
         ("snowflake.max_startup_wait_ms", Some((0, 86_400_000))),

@@ -43,6 +43,11 @@ pub struct SnowflakeSection {
     pub random_start: u64,
     /// A clock that went back by at most this is waited out; by more, requests fail. Default 5.
     pub max_backwards_ms: u64,
+    /// A spent millisecond's sequence moves on to the next millisecond ahead of the wall
+    /// clock, at most this far ahead and never past the durable mark, instead of waiting
+    /// (with the default layout only batches and in-process loops spend one); 0: wait, as
+    /// Leaf. Lowered to `mark_window_ms - mark_renew_ms` if above. Default 300.
+    pub max_borrow_ms: u64,
     /// The persisted time mark runs this far ahead of the issued timestamps. Default 3000.
     pub mark_window_ms: u64,
     /// How often the mark is written. Default 1000.
@@ -76,6 +81,7 @@ impl Default for SnowflakeSection {
             sequence_bits: 12,
             random_start: 100,
             max_backwards_ms: 5,
+            max_borrow_ms: 300,
             mark_window_ms: 3000,
             mark_renew_ms: 1000,
             max_startup_wait_ms: 10_000,
@@ -91,6 +97,7 @@ const GENERATOR_FIELD_KEYS: &[(&str, &str)] = &[
     ("layout", "snowflake.timestamp_bits"),
     ("random_start", "snowflake.random_start"),
     ("max_backwards", "snowflake.max_backwards_ms"),
+    ("max_borrow", "snowflake.max_borrow_ms"),
     ("mark_window", "snowflake.mark_window_ms"),
     ("mark_renew", "snowflake.mark_renew_ms"),
     ("max_startup_wait", "snowflake.max_startup_wait_ms"),
@@ -105,6 +112,7 @@ impl SnowflakeSection {
             layout,
             random_start: self.random_start,
             max_backwards: Duration::from_millis(self.max_backwards_ms),
+            max_borrow: Duration::from_millis(self.max_borrow_ms),
             mark_window: Duration::from_millis(self.mark_window_ms),
             mark_renew: Duration::from_millis(self.mark_renew_ms),
             max_startup_wait: Duration::from_millis(self.max_startup_wait_ms),
@@ -136,6 +144,7 @@ impl SnowflakeSection {
                 0,
                 60_000,
             ),
+            ("snowflake.max_borrow_ms", self.max_borrow_ms, 0, 60_000),
             ("snowflake.mark_window_ms", self.mark_window_ms, 0, HOUR_MS),
             ("snowflake.mark_renew_ms", self.mark_renew_ms, 1, HOUR_MS),
             (
@@ -191,6 +200,7 @@ mod tests {
             layout: _,
             random_start: _,
             max_backwards: _,
+            max_borrow: _,
             mark_window: _,
             mark_renew: _,
             max_startup_wait: _,
@@ -204,6 +214,7 @@ mod tests {
                 "layout",
                 "random_start",
                 "max_backwards",
+                "max_borrow",
                 "mark_window",
                 "mark_renew",
                 "max_startup_wait",
