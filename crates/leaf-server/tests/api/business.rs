@@ -337,6 +337,9 @@ async fn sqlite_node(
 ) -> anyhow::Result<(leaf_server::server::Running, Router)> {
     let mut config = Config::default();
     config.snowflake.enabled = false;
+    // The one-node monotonic leader keeps its cache file here, beside the SQLite file, not in
+    // the working directory (the crate's source tree under `cargo test`).
+    config.snowflake.cache_dir = file.parent().expect("a directory").join("leaf-data");
     config.segment.store = "sqlite".into();
     config
         .segment
