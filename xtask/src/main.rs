@@ -48,7 +48,8 @@ commands:
                   the segment stores' allocation benchmark, one after the other, on
                   provisioned servers (the testbed images), and a table of the means
   bench-http [SECONDS] [--store {http}]... [--snowflake-load [--server PATH]] [--grpc]
-             [--formatted] [--tls] [--monotonic] [--borrow]
+             [--formatted] [--tls] [--monotonic] [--borrow] [--grpc-multiplexed]
+             [--http-floor [--baseline PATH]]
                   the release leaf-server under oha: req/s, latency, batches, RSS, start-up;
                   with --store (repeatable): segment mode on SQLite beside those stores;
                   with --snowflake-load: segment latency alone and under snowflake batches;
@@ -58,7 +59,11 @@ commands:
                   with --monotonic: monotonic IDs on the leader and through followers (with and
                   without coalescing) beside snowflake IDs, three servers on one Redis;
                   with --borrow: snowflake borrowing ahead of the clock beside it off: single
-                  IDs, sustained batches and bursts past the 4.096M IDs/s ceiling
+                  IDs, sustained batches and bursts past the 4.096M IDs/s ceiling;
+                  with --grpc-multiplexed: gRPC with several calls in flight per connection
+                  beside HTTP/1.1 at equal connections, on leaf-server and the bare transport;
+                  with --http-floor: the single-ID route beside the bare transport (and
+                  --baseline, another leaf-server binary), req/s and server CPU per request
   conformance [--backend NAME]
                   run the backend crates' tests on provisioned servers ({all}, cluster)
   monitoring      promtool check and test of deploy/monitoring's alert rules, and its dashboard

@@ -8,6 +8,13 @@ use std::time::Duration;
 use leaf_server::cli::{Args, Probe, USAGE};
 use leaf_server::{config, logging, server};
 
+/// mimalloc, not glibc's allocator: a request's allocations (hyper's buffers, axum's boxed
+/// services and futures, the answer) freed on another worker thread kept glibc's malloc,
+/// free and consolidation at about 12% of the server's CPU per single-ID request (BENCHMARKS.md,
+/// "HTTP at the transport's floor").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args_os().skip(1)) {
         Ok(a) => a,

@@ -2,11 +2,12 @@
 //! load generator installs here, and comparing gRPC with `oha`'s HTTP would compare two clients
 //! as much as two protocols; so one program drives both, with the same connections and the same
 //! concurrency: each of `--connections` tasks opens one connection (HTTP/1.1 keep-alive, or
-//! HTTP/2 for gRPC) and keeps one request in flight on it for `--seconds`.
+//! HTTP/2 for gRPC) and keeps one request in flight on it for `--seconds` (gRPC: `--in-flight`
+//! calls at once, each on its own HTTP/2 stream).
 //!
 //! ```text
-//! leaf-loadgen ADDR KIND [--connections N] [--seconds S] [--tag T] [--count N] [--chunk N]
-//!                        [--path P] [--ca FILE]
+//! leaf-loadgen ADDR KIND [--connections N] [--in-flight N] [--seconds S] [--tag T]
+//!                        [--count N] [--chunk N] [--path P] [--ca FILE]
 //! ```
 //!
 //! KIND: `http` (`GET /api/segment/get/{tag}`, or `/v1/segment/{tag}?count=N` when `--count`
@@ -71,6 +72,8 @@ struct Options {
     addr: SocketAddr,
     kind: Kind,
     connections: usize,
+    /// `--in-flight`: calls in flight at once on each gRPC connection (HTTP/2 streams).
+    in_flight: usize,
     seconds: u64,
     tag: String,
     count: u32,
@@ -101,6 +104,7 @@ fn parse() -> Result<Options> {
         addr,
         kind,
         connections: 32,
+        in_flight: 1,
         seconds: 10,
         tag: "leaf-segment-test".into(),
         count: 1,
@@ -119,6 +123,7 @@ fn parse() -> Result<Options> {
         };
         match flag.as_str() {
             "--connections" => o.connections = number()? as usize,
+            "--in-flight" => o.in_flight = (number()? as usize).max(1),
             "--seconds" => o.seconds = number()?,
             "--count" => o.count = number()? as u32,
             "--chunk" => o.chunk = number()? as u32,
@@ -134,6 +139,11 @@ fn parse() -> Result<Options> {
             other => bail!("unknown option {other:?}"),
         }
     }
+    if o.in_flight > 1 && !matches!(o.kind, Kind::Grpc | Kind::GrpcStream) {
+        bail!(
+            "--in-flight is for grpc and grpc-stream: HTTP/1.1 has one request in flight per connection"
+        );
+    }
     Ok(o)
 }
 
@@ -145,6 +155,21 @@ struct Tally {
     errors: u64,
     /// Microseconds per request (per stream for `grpc-stream`).
     latencies: Vec<u32>,
+}
+
+impl Tally {
+    /// The sum of what `tasks` did.
+    async fn joined(tasks: Vec<tokio::task::JoinHandle<Result<Tally>>>) -> Result<Tally> {
+        let mut all = Tally::default();
+        for t in tasks {
+            let t = t.await??;
+            all.requests += t.requests;
+            all.ids += t.ids;
+            all.errors += t.errors;
+            all.latencies.extend(t.latencies);
+        }
+        Ok(all)
+    }
 }
 
 fn main() -> Result<()> {
@@ -222,15 +247,7 @@ async fn run(o: &Options) -> Result<(Tally, Duration)> {
             }
         }));
     }
-    let mut all = Tally::default();
-    for t in tasks {
-        let t = t.await??;
-        all.requests += t.requests;
-        all.ids += t.ids;
-        all.errors += t.errors;
-        all.latencies.extend(t.latencies);
-    }
-    Ok((all, started.elapsed()))
+    Ok((Tally::joined(tasks).await?, started.elapsed()))
 }
 
 async fn connect(addr: SocketAddr) -> Result<TcpStream> {
@@ -475,7 +492,7 @@ async fn grpc<S>(o: &Options, deadline: Instant, io: S) -> Result<Tally>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, conn) =
+    let (sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io)).await?;
     tokio::spawn(conn);
     let method = match o.kind {
@@ -483,11 +500,29 @@ where
         _ => "NextSegmentIds",
     };
     let scheme = if o.tls.is_some() { "https" } else { "http" };
-    let uri = format!("{scheme}://{}/leaf.v1.Segment/{method}", o.addr);
+    let uri: Arc<str> = format!("{scheme}://{}/leaf.v1.Segment/{method}", o.addr).into();
     let frame = request_frame(o);
+    // `--in-flight` calls at once on this connection, each on its own stream.
+    let mut calls = Vec::new();
+    for _ in 0..o.in_flight {
+        let (sender, uri, frame) = (sender.clone(), uri.clone(), frame.clone());
+        calls.push(tokio::spawn(async move {
+            grpc_calls(deadline, sender, &uri, frame).await
+        }));
+    }
+    Tally::joined(calls).await
+}
+
+/// One call after another on `sender` until `deadline`.
+async fn grpc_calls(
+    deadline: Instant,
+    mut sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    uri: &str,
+    frame: Bytes,
+) -> Result<Tally> {
     let mut t = Tally::default();
     while Instant::now() < deadline {
-        let req = Request::post(uri.as_str())
+        let req = Request::post(uri)
             .header("content-type", "application/grpc")
             .header("te", "trailers")
             .body(Full::new(frame.clone()))?;

@@ -19,6 +19,107 @@ use serde_json::Value;
 use super::server::{Server, server_command};
 use super::{CONNECTIONS, SEGMENT};
 
+/// `leaf-loadgen --bare` started: the process and its address.
+pub(super) fn start_bare(loadgen_bin: &Path) -> Result<(Server, String)> {
+    let mut bare = Server(
+        Command::new(loadgen_bin)
+            .args(["--bare", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("cannot start leaf-loadgen --bare")?,
+    );
+    let mut line = String::new();
+    let stdout = bare.0.stdout.take().context("no stdout")?;
+    BufReader::new(stdout).read_line(&mut line)?;
+    Ok((bare, line.trim().to_owned()))
+}
+
+/// The connections of `--grpc-multiplexed`, and the calls in flight per gRPC connection.
+const MUX_CONNECTIONS: [u32; 2] = [4, 16];
+const MUX_IN_FLIGHT: [u32; 3] = [1, 4, 16];
+
+/// `--grpc-multiplexed`: single IDs at equal connections, HTTP/1.1 (one request in flight per
+/// connection, all it can) against gRPC with 1, 4 and 16 calls in flight per connection, on
+/// leaf-server and on the bare transport, one session. Where gRPC meets HTTP/1.1, and whether
+/// leaf-server or the transport is the limit there.
+pub(super) fn compare_multiplexed(root: &Path, seconds: u64) -> Result<()> {
+    let Session {
+        mut server,
+        dir,
+        addr,
+        loadgen: loadgen_bin,
+    } = segment_session(root, "grpc-mux")?;
+    let (bare, bare_addr) = start_bare(&loadgen_bin)?;
+    let a = addr.to_string();
+    loadgen(&loadgen_bin, &a, &["grpc-stream", "--count", "1000000"], 3)?;
+    let mut rows = Vec::new();
+    for connections in MUX_CONNECTIONS {
+        for (target, label) in [(&a, "leaf-server"), (&bare_addr, "bare hyper")] {
+            let http = loadgen_with(&loadgen_bin, target, &["http"], seconds, connections)?;
+            let mut grpc = Vec::new();
+            for k in MUX_IN_FLIGHT {
+                let k = k.to_string();
+                grpc.push(loadgen_with(
+                    &loadgen_bin,
+                    target,
+                    &["grpc", "--in-flight", &k],
+                    seconds,
+                    connections,
+                )?);
+            }
+            rows.push((connections, label, http, grpc));
+        }
+    }
+    server.stop();
+    std::fs::remove_dir_all(&dir).ok();
+    drop(bare);
+
+    println!();
+    print!("| connections | server | HTTP/1.1 req/s |");
+    for k in MUX_IN_FLIGHT {
+        print!(" gRPC, {k} in flight per connection: calls/s (x HTTP/1.1), p99 ms |");
+    }
+    println!();
+    println!("|---:|---|---:|{}", "---:|".repeat(MUX_IN_FLIGHT.len()));
+    for (connections, label, http, grpc) in &rows {
+        print!("| {connections} | {label} | {:.0} |", http.requests_per_s);
+        for g in grpc {
+            print!(
+                " {:.0} ({:.2}x), {:.3} |",
+                g.requests_per_s,
+                g.requests_per_s / http.requests_per_s,
+                g.p99_ms
+            );
+        }
+        println!();
+    }
+    println!();
+    for pair in rows.chunks(2) {
+        let (leaf, bare) = (&pair[0], &pair[1]);
+        let ratios: Vec<String> = leaf
+            .3
+            .iter()
+            .zip(&bare.3)
+            .map(|(l, b)| format!("{:.2}x", l.requests_per_s / b.requests_per_s))
+            .collect();
+        println!(
+            "- {} connections: leaf-server / bare hyper, gRPC at {:?} in flight: {}; HTTP/1.1 {:.2}x",
+            leaf.0,
+            MUX_IN_FLIGHT,
+            ratios.join(", "),
+            leaf.2.requests_per_s / bare.2.requests_per_s
+        );
+    }
+    println!(
+        "- {seconds} s per run, errors: {}; the server, the bare transport and the load generator \
+         share this machine's cores",
+        rows.iter()
+            .map(|r| r.2.errors + r.3.iter().map(|g| g.errors).sum::<u64>())
+            .sum::<u64>()
+    );
+    Ok(())
+}
+
 /// One run of `leaf-loadgen`.
 pub(super) struct Run {
     pub(super) requests: u64,
@@ -172,17 +273,7 @@ pub(super) fn compare_grpc(root: &Path, seconds: u64) -> Result<()> {
     server.stop();
     std::fs::remove_dir_all(&dir).ok();
 
-    let mut bare = Server(
-        Command::new(&loadgen_bin)
-            .args(["--bare", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("cannot start leaf-loadgen --bare")?,
-    );
-    let mut line = String::new();
-    let stdout = bare.0.stdout.take().context("no stdout")?;
-    BufReader::new(stdout).read_line(&mut line)?;
-    let bare_addr = line.trim().to_owned();
+    let (bare, bare_addr) = start_bare(&loadgen_bin)?;
     for (name, args) in [
         ("bare hyper, HTTP/1.1: an atomic increment", vec!["http"]),
         ("bare hyper, gRPC: an atomic increment", vec!["grpc"]),

@@ -22,6 +22,14 @@
 //! driven by `leaf-loadgen` (`xtask/loadgen`) with the same connections and concurrency
 //! (`oha` is not needed for it).
 //!
+//! `cargo xtask bench-http --http-floor [--baseline PATH]`: the single-ID route beside the
+//! bare transport (and another leaf-server binary), in turns, by requests per second and by
+//! the server's CPU per request (`floor.rs`).
+//!
+//! `cargo xtask bench-http --grpc-multiplexed`: single IDs at equal connections, HTTP/1.1
+//! against gRPC with several calls in flight per connection, on leaf-server and on the bare
+//! transport (`grpc.rs`).
+//!
 //! `cargo xtask bench-http --formatted`: a business tag's formatted IDs beside a plain tag's
 //! on one server, by `leaf-loadgen` as well (`formatted.rs`).
 //!
@@ -40,6 +48,7 @@
 mod borrow;
 mod compare;
 mod default_run;
+mod floor;
 mod formatted;
 mod grpc;
 mod monotonic;
@@ -66,7 +75,8 @@ const BATCH: &str = "/v1/segment/leaf-segment-test?count=1000";
 const SNOWFLAKE_BATCH: &str = "/v1/snowflake?count=10000";
 
 /// `bench-http [SECONDS] [--store NAME]... [--snowflake-load [--server PATH]] [--grpc]
-/// [--formatted] [--tls] [--monotonic] [--borrow]`, NAME being `sqlite` or a backend row's store that the benchmark takes.
+/// [--formatted] [--tls] [--monotonic] [--borrow] [--grpc-multiplexed]
+/// [--http-floor [--baseline PATH]]`, NAME being `sqlite` or a backend row's store that the benchmark takes.
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut seconds = 10;
     let mut stores: Vec<String> = Vec::new();
@@ -77,6 +87,9 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
     let mut tls = false;
     let mut monotonic = false;
     let mut borrow = false;
+    let mut multiplexed = false;
+    let mut floor = false;
+    let mut baseline: Option<PathBuf> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -94,6 +107,15 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
             "--tls" => tls = true,
             "--monotonic" => monotonic = true,
             "--borrow" => borrow = true,
+            "--grpc-multiplexed" => multiplexed = true,
+            "--http-floor" => floor = true,
+            "--baseline" => {
+                baseline = Some(
+                    it.next()
+                        .context("--baseline needs the path of a leaf-server binary")?
+                        .into(),
+                );
+            }
             "--server" => {
                 server = Some(
                     it.next()
@@ -110,6 +132,15 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<()> {
                 }
             },
         }
+    }
+    if floor {
+        return floor::compare_floor(root, seconds, baseline);
+    }
+    if baseline.is_some() {
+        bail!("--baseline goes with --http-floor");
+    }
+    if multiplexed {
+        return grpc::compare_multiplexed(root, seconds);
     }
     if grpc {
         return grpc::compare_grpc(root, seconds);
