@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::grpc::{loadgen, release_binaries, start_bare};
-use super::server::{Server, cpu_seconds, server_command};
-use super::{CONNECTIONS, SEGMENT};
+use super::CONNECTIONS;
+use super::grpc::{loadgen, release_binaries, segment_server, start_bare};
+use super::server::{Server, cpu_seconds};
 
 const ROUNDS: usize = 3;
 
@@ -25,9 +25,7 @@ struct Target {
 }
 
 fn leaf_server(binary: &Path, name: &str) -> Result<(Server, PathBuf, Target)> {
-    let (mut cmd, dir, addr) = server_command(binary, name)?;
-    cmd.env("LEAF_SNOWFLAKE__ENABLED", "false");
-    let (server, _) = Server::start(&mut cmd, name, addr, &[SEGMENT])?;
+    let (server, dir, addr) = segment_server(binary, name)?;
     let target = Target {
         name: format!("leaf-server ({name})"),
         pid: server.0.id(),

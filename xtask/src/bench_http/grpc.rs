@@ -210,15 +210,22 @@ pub(super) fn release_binaries(root: &Path) -> Result<(PathBuf, PathBuf)> {
 
 pub(super) fn segment_session(root: &Path, run: &str) -> Result<Session> {
     let (server_bin, loadgen) = release_binaries(root)?;
-    let (mut cmd, dir, addr) = server_command(&server_bin, run)?;
-    cmd.env("LEAF_SNOWFLAKE__ENABLED", "false");
-    let (server, _) = Server::start(&mut cmd, "leaf-server", addr, &[SEGMENT])?;
+    let (server, dir, addr) = segment_server(&server_bin, run)?;
     Ok(Session {
         server,
         dir,
         addr,
         loadgen,
     })
+}
+
+/// `binary` started for the run `run`, segment mode only, once the segment route answers: the
+/// process, its directory and address.
+pub(super) fn segment_server(binary: &Path, run: &str) -> Result<(Server, PathBuf, SocketAddr)> {
+    let (mut cmd, dir, addr) = server_command(binary, run)?;
+    cmd.env("LEAF_SNOWFLAKE__ENABLED", "false");
+    let (server, _) = Server::start(&mut cmd, "leaf-server", addr, &[SEGMENT])?;
+    Ok((server, dir, addr))
 }
 
 /// The table of `results`.

@@ -5,7 +5,7 @@
 //! clock where it was and with its clock set back (libfaketime).
 
 use super::*;
-use common::clock_set_back;
+use common::{clock_set_back, gauge};
 
 /// 16 IDs a millisecond, so that a batch of 4,000 needs 250 ms of sequence.
 const SEQUENCE_BITS: u32 = 4;
@@ -27,11 +27,9 @@ fn time_of(id: i64) -> u64 {
     (id as u64 >> (10 + SEQUENCE_BITS)) + EPOCH_MS
 }
 
+/// The value of `name` in `s`'s `/metrics`.
 fn metric(s: &Server, name: &str) -> f64 {
-    let text = s.get("/metrics").body;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from /metrics:\n{text}"))
+    gauge(&s.get("/metrics").body, name)
 }
 
 /// One batch of [`BATCH`]: it must have borrowed (its last ID's time is later than the moment
